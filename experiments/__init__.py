@@ -1,0 +1,1 @@
+"""experiments: the testbed simulator, baselines, mlflow-tracked experiments, the demo."""

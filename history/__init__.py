@@ -1,0 +1,1 @@
+"""history: metrics ingestion, validation/quarantine, the Parquet store, the Spark pipeline."""

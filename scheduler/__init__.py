@@ -1,0 +1,1 @@
+"""scheduler: plan, schedule, what-if, validate, the control loop, actuators."""
