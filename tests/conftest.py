@@ -1,0 +1,38 @@
+"""Shared fixtures: one SparkSession for the whole run, a throw-away mlflow store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+TRACES = REPO.parent / "shared" / "traces"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """Local Spark, UI off, 2 shuffle partitions; started once, stopped at the end."""
+    from history.spark import spark_session
+
+    session = spark_session(master="local[2]", app_name="augury-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _mlflow_store(tmp_path_factory):
+    """Never write into the developer's mlflow store from tests."""
+    if "MLFLOW_TRACKING_URI" not in os.environ:
+        db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{db}"
+    yield
+
+
+@pytest.fixture(scope="session")
+def traces_dir() -> Path:
+    if not TRACES.is_dir():
+        pytest.skip(f"real traces not found at {TRACES}")
+    return TRACES
