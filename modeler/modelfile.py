@@ -1,0 +1,567 @@
+"""The model file (version 1): a job's operator DAG and per-operator performance profile.
+
+YAML or JSON, same content::
+
+    augury: 1
+    job: wordcount
+    network_delay_ms: 0.1            # optional, per hop
+    operators:
+      - {name: source, role: source, parallelism: 1}
+      - {name: split, parallelism: 2, service_time_ms: 0.5, service_scv: 1.0,
+         min_parallelism: 1, max_parallelism: 128}
+      - {name: count, parallelism: 2, service_time_ms: 0.2}
+    edges:
+      - {from: source, to: split, grouping: shuffle, selectivity: 1.0}
+      - {from: split, to: count, grouping: key, selectivity: 7.0,
+         keys: {distribution: zipf, exponent: 1.0, count: 10000}}
+
+Units: times in ms, rates in tuples/s. Every problem found while loading raises a
+``ModelError`` naming the file, the field (``operators[2].service_time_ms``) and the value.
+
+``parse_model`` is pure (dict in, ``JobModel`` out); ``load_model`` reads the file and calls it.
+``require_profiles=False`` accepts a *topology file*: the same format without service times,
+which calibration fills in.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import networkx as nx
+import yaml
+
+from modeler.errors import ConfigError, ModelError
+
+MODEL_VERSION = 1
+GROUPINGS = ("shuffle", "key", "broadcast", "forward")
+ROLES = ("source", "operator")
+KEY_DISTRIBUTIONS = ("uniform", "zipf")
+SCALING_FORMS = ("linear", "contention", "table")
+
+_TOP_KEYS = {
+    "augury", "job", "network_delay_ms", "buffer_timeout_ms", "buffer_records",
+    "operators", "edges", "calibration",
+}
+_OPERATOR_KEYS = {
+    "name", "role", "parallelism", "service_time_ms", "service_scv", "min_parallelism",
+    "max_parallelism", "rate_share", "arrival_scv", "scaling",
+}
+_EDGE_KEYS = {"from", "to", "grouping", "selectivity", "keys"}
+_KEYS_KEYS = {"distribution", "exponent", "count", "weights"}
+_SCALING_KEYS = {"form", "overhead", "parallelism", "factor"}
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """How keys are distributed on a key-grouped edge.
+
+    ``weights`` (relative weight per key, key ids 0..n-1) wins over ``distribution``;
+    ``count=None`` with ``uniform`` means "many keys": every key group gets an equal share.
+    """
+
+    distribution: str = "uniform"
+    """uniform | zipf."""
+    exponent: float = 1.0
+    """Zipf exponent s: weight of the key of rank k is k**-s."""
+    count: int | None = None
+    """Number of distinct keys; None = so many that key groups are evenly loaded."""
+    weights: tuple[float, ...] | None = None
+    """Explicit relative weight per key (overrides distribution)."""
+
+
+@dataclass(frozen=True)
+class ScalingSpec:
+    """How one instance's service time changes with the operator's parallelism p.
+
+    ``linear``: no change (perfect scaling). ``contention``: E[S](p) = E[S] * (1 + overhead*(p-1)).
+    ``table``: E[S](p) = E[S] * factor interpolated over ``parallelism`` (clamped at the ends).
+    """
+
+    form: str = "linear"
+    overhead: float = 0.0
+    """Relative service-time growth per extra instance (``contention``)."""
+    parallelism: tuple[int, ...] = ()
+    factor: tuple[float, ...] = ()
+
+    def factor_at(self, p: Any) -> Any:
+        """Service-time multiplier at parallelism ``p`` (scalar or numpy array)."""
+        import numpy as np
+
+        p_arr = np.asarray(p, dtype=float)
+        if self.form == "contention":
+            out = 1.0 + self.overhead * (p_arr - 1.0)
+        elif self.form == "table":
+            out = np.interp(p_arr, np.asarray(self.parallelism, float), np.asarray(self.factor, float))
+        else:
+            out = np.ones_like(p_arr)
+        return out if np.ndim(p) else float(out)
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """One operator (vertex) of the job. Times in ms."""
+
+    name: str
+    role: str = "operator"
+    """source | operator. Operators without out-edges are sinks."""
+    parallelism: int = 1
+    """Current number of parallel instances."""
+    service_time_ms: float | None = None
+    """Mean time one instance needs per tuple, ms. None for a source without capacity limit."""
+    service_scv: float = 1.0
+    """Squared coefficient of variation of the service time (1 = exponential)."""
+    min_parallelism: int = 1
+    max_parallelism: int = 128
+    """Upper bound on parallelism; also the number of key groups (Flink's maxParallelism)."""
+    rate_share: float | None = None
+    """Sources only: fraction of the job's input rate entering here (default: equal split)."""
+    arrival_scv: float = 1.0
+    """Sources only: SCV of external inter-arrival times (1 = Poisson)."""
+    scaling: ScalingSpec = field(default_factory=ScalingSpec)
+
+    @property
+    def is_source(self) -> bool:
+        return self.role == "source"
+
+
+@dataclass(frozen=True)
+class EdgeSpec:
+    """A stream from one operator to another."""
+
+    source: str
+    target: str
+    grouping: str = "shuffle"
+    """shuffle (round-robin) | key (hash of key -> key group -> instance) | broadcast | forward."""
+    selectivity: float = 1.0
+    """Tuples emitted on this edge per tuple processed by the upstream operator."""
+    keys: KeySpec | None = None
+
+
+@dataclass(frozen=True)
+class JobModel:
+    """A validated model file."""
+
+    job: str
+    operators: tuple[OperatorSpec, ...]
+    edges: tuple[EdgeSpec, ...]
+    network_delay_ms: float = 0.0
+    """Per-hop network / serialization delay, ms."""
+    buffer_timeout_ms: float = 0.0
+    """Output buffer flush timeout (Flink execution.buffer-timeout), ms; 0 = flush per record."""
+    buffer_records: int = 1
+    """Records that fill one output buffer (flush before the timeout when full)."""
+    calibration: Mapping[str, Any] | None = None
+    """Free-form section written by calibration (diagnostics, fitted forms); kept as-is."""
+    source_file: str | None = None
+
+    # ------------------------------------------------------------------ lookups
+    @property
+    def operator_names(self) -> tuple[str, ...]:
+        return tuple(op.name for op in self.operators)
+
+    def operator(self, name: str) -> OperatorSpec:
+        for op in self.operators:
+            if op.name == name:
+                return op
+        raise ConfigError("unknown operator", file=self.source_file, field="operator", value=name)
+
+    @property
+    def sources(self) -> tuple[OperatorSpec, ...]:
+        return tuple(op for op in self.operators if op.is_source)
+
+    @property
+    def config(self) -> dict[str, int]:
+        """The parallelism in force: {operator: parallelism}."""
+        return {op.name: op.parallelism for op in self.operators}
+
+    def source_shares(self) -> dict[str, float]:
+        """Fraction of the input rate entering at each source (sums to 1)."""
+        sources = self.sources
+        given = {s.name: s.rate_share for s in sources if s.rate_share is not None}
+        rest = [s.name for s in sources if s.rate_share is None]
+        remaining = max(0.0, 1.0 - sum(given.values()))
+        shares = dict(given)
+        for name in rest:
+            shares[name] = remaining / len(rest)
+        return shares
+
+    def resolve_config(self, overrides: Mapping[str, int] | None = None) -> dict[str, int]:
+        """The model's parallelism with ``overrides`` applied, validated against the bounds."""
+        config = self.config
+        for name, p in (overrides or {}).items():
+            if name not in config:
+                raise ConfigError(
+                    f"unknown operator (known: {', '.join(config)})",
+                    file=self.source_file, field="config", value=name,
+                )
+            config[name] = p
+        for op in self.operators:
+            p = config[op.name]
+            if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+                raise ConfigError("parallelism must be a positive integer",
+                                  file=self.source_file, field=f"config.{op.name}", value=p)
+            if not op.min_parallelism <= p <= op.max_parallelism:
+                raise ConfigError(
+                    f"parallelism outside [{op.min_parallelism}, {op.max_parallelism}]",
+                    file=self.source_file, field=f"config.{op.name}", value=p,
+                )
+        for edge in self.edges:
+            if edge.grouping == "forward" and config[edge.source] != config[edge.target]:
+                raise ConfigError(
+                    f"forward edge {edge.source}->{edge.target} needs equal parallelism "
+                    f"({config[edge.source]} != {config[edge.target]})",
+                    file=self.source_file, field=f"config.{edge.target}", value=config[edge.target],
+                )
+        return config
+
+    def with_config(self, overrides: Mapping[str, int]) -> "JobModel":
+        """A copy whose current parallelism is ``overrides`` applied to this one."""
+        config = self.resolve_config(overrides)
+        ops = tuple(replace(op, parallelism=config[op.name]) for op in self.operators)
+        return replace(self, operators=ops)
+
+    def has_profiles(self) -> bool:
+        return all(op.service_time_ms is not None for op in self.operators if not op.is_source)
+
+
+# ---------------------------------------------------------------------- graph
+
+
+def to_graph(model: JobModel) -> nx.DiGraph:
+    """The operator DAG.
+
+    Node attributes: ``spec`` (OperatorSpec), ``role``, ``parallelism``, ``service_time_ms``,
+    ``service_scv``, ``min_parallelism``, ``max_parallelism``.
+    Edge attributes: ``spec`` (EdgeSpec), ``grouping``, ``selectivity``, ``keys``.
+    """
+    graph = nx.DiGraph(job=model.job)
+    for op in model.operators:
+        graph.add_node(
+            op.name, spec=op, role=op.role, parallelism=op.parallelism,
+            service_time_ms=op.service_time_ms, service_scv=op.service_scv,
+            min_parallelism=op.min_parallelism, max_parallelism=op.max_parallelism,
+        )
+    for edge in model.edges:
+        graph.add_edge(edge.source, edge.target, spec=edge, grouping=edge.grouping,
+                       selectivity=edge.selectivity, keys=edge.keys)
+    return graph
+
+
+def sinks(graph: nx.DiGraph) -> list[str]:
+    """Operators without out-edges."""
+    return [v for v in graph.nodes if graph.out_degree(v) == 0]
+
+
+# -------------------------------------------------------------------- parsing
+
+
+class _Ctx:
+    """Carries the file name so every error names it."""
+
+    def __init__(self, source: str | None) -> None:
+        self.source = source
+
+    def fail(self, message: str, field: str, value: Any = None) -> ModelError:
+        return ModelError(message, file=self.source, field=field, value=value)
+
+    def number(self, raw: Mapping[str, Any], key: str, where: str, default: Any, *,
+               positive: bool = False, non_negative: bool = False, integer: bool = False,
+               allow_none: bool = False) -> Any:
+        value = raw.get(key, default)
+        name = f"{where}.{key}" if where else key
+        if value is None:
+            if allow_none:
+                return None
+            raise self.fail("is required", name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail("must be a number", name, value)
+        if integer and (not float(value).is_integer()):
+            raise self.fail("must be an integer", name, value)
+        if not math.isfinite(float(value)):
+            raise self.fail("must be finite", name, value)
+        if positive and value <= 0:
+            raise self.fail("must be > 0", name, value)
+        if non_negative and value < 0:
+            raise self.fail("must be >= 0", name, value)
+        return int(value) if integer else float(value)
+
+    def unknown_keys(self, raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
+        extra = sorted(set(raw) - allowed)
+        if extra:
+            raise self.fail(f"unknown key (allowed: {', '.join(sorted(allowed))})",
+                            f"{where}.{extra[0]}" if where else extra[0], extra[0])
+
+
+def _parse_keys(ctx: _Ctx, raw: Any, where: str) -> KeySpec:
+    if not isinstance(raw, Mapping):
+        raise ctx.fail("must be a mapping like {distribution: zipf, exponent: 1.0, count: 1000}",
+                       where, raw)
+    ctx.unknown_keys(raw, _KEYS_KEYS, where)
+    if "weights" in raw:
+        weights = raw["weights"]
+        if not isinstance(weights, list) or not weights:
+            raise ctx.fail("must be a non-empty list of numbers", f"{where}.weights", weights)
+        parsed = []
+        for i, w in enumerate(weights):
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+                raise ctx.fail("must be a finite number >= 0", f"{where}.weights[{i}]", w)
+            parsed.append(float(w))
+        if sum(parsed) <= 0:
+            raise ctx.fail("must not all be zero", f"{where}.weights", weights)
+        return KeySpec(distribution="weights", weights=tuple(parsed), count=len(parsed))
+    distribution = raw.get("distribution", "uniform")
+    if distribution not in KEY_DISTRIBUTIONS:
+        raise ctx.fail(f"unknown key distribution (known: {', '.join(KEY_DISTRIBUTIONS)}, or weights)",
+                       f"{where}.distribution", distribution)
+    exponent = ctx.number(raw, "exponent", where, 1.0, non_negative=True)
+    count = ctx.number(raw, "count", where, None, positive=True, integer=True, allow_none=True)
+    if distribution == "zipf" and count is None:
+        raise ctx.fail("zipf needs a key count", f"{where}.count")
+    return KeySpec(distribution=distribution, exponent=exponent, count=count)
+
+
+def _parse_scaling(ctx: _Ctx, raw: Any, where: str) -> ScalingSpec:
+    if not isinstance(raw, Mapping):
+        raise ctx.fail("must be a mapping like {form: contention, overhead: 0.02}", where, raw)
+    ctx.unknown_keys(raw, _SCALING_KEYS, where)
+    form = raw.get("form", "linear")
+    if form not in SCALING_FORMS:
+        raise ctx.fail(f"unknown scaling form (known: {', '.join(SCALING_FORMS)})", f"{where}.form", form)
+    if form == "contention":
+        return ScalingSpec(form=form, overhead=ctx.number(raw, "overhead", where, None, non_negative=True))
+    if form == "table":
+        ps, fs = raw.get("parallelism"), raw.get("factor")
+        if not isinstance(ps, list) or not isinstance(fs, list) or len(ps) != len(fs) or not ps:
+            raise ctx.fail("needs equal-length, non-empty lists 'parallelism' and 'factor'", where, raw)
+        if any(isinstance(p, bool) or not isinstance(p, int) or p < 1 for p in ps) or ps != sorted(set(ps)):
+            raise ctx.fail("must be increasing positive integers", f"{where}.parallelism", ps)
+        if any(isinstance(f, bool) or not isinstance(f, (int, float)) or not f > 0 for f in fs):
+            raise ctx.fail("must be numbers > 0", f"{where}.factor", fs)
+        return ScalingSpec(form=form, parallelism=tuple(ps), factor=tuple(float(f) for f in fs))
+    return ScalingSpec()
+
+
+def _parse_operator(ctx: _Ctx, raw: Any, i: int, require_profiles: bool) -> OperatorSpec:
+    where = f"operators[{i}]"
+    if not isinstance(raw, Mapping):
+        raise ctx.fail("must be a mapping with at least 'name'", where, raw)
+    ctx.unknown_keys(raw, _OPERATOR_KEYS, where)
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ctx.fail("must be a non-empty string", f"{where}.name", name)
+    role = raw.get("role", "operator")
+    if role not in ROLES:
+        raise ctx.fail(f"unknown role (known: {', '.join(ROLES)})", f"{where}.role", role)
+    min_p = ctx.number(raw, "min_parallelism", where, 1, positive=True, integer=True)
+    max_p = ctx.number(raw, "max_parallelism", where, 128, positive=True, integer=True)
+    if min_p > max_p:
+        raise ctx.fail(f"min_parallelism {min_p} > max_parallelism {max_p}", f"{where}.min_parallelism", min_p)
+    parallelism = ctx.number(raw, "parallelism", where, min_p, positive=True, integer=True)
+    if not min_p <= parallelism <= max_p:
+        raise ctx.fail(f"parallelism outside [{min_p}, {max_p}]", f"{where}.parallelism", parallelism)
+    service = ctx.number(raw, "service_time_ms", where, None, positive=True, allow_none=True)
+    if service is None and role != "source" and require_profiles:
+        raise ctx.fail("is required for a non-source operator", f"{where}.service_time_ms")
+    scv = ctx.number(raw, "service_scv", where, 1.0, non_negative=True)
+    share = ctx.number(raw, "rate_share", where, None, non_negative=True, allow_none=True)
+    if share is not None and role != "source":
+        raise ctx.fail("only sources have a rate_share", f"{where}.rate_share", share)
+    if share is not None and share > 1:
+        raise ctx.fail("must be within [0, 1]", f"{where}.rate_share", share)
+    arrival_scv = ctx.number(raw, "arrival_scv", where, 1.0, non_negative=True)
+    scaling = _parse_scaling(ctx, raw["scaling"], f"{where}.scaling") if "scaling" in raw else ScalingSpec()
+    return OperatorSpec(
+        name=name, role=role, parallelism=parallelism, service_time_ms=service, service_scv=scv,
+        min_parallelism=min_p, max_parallelism=max_p, rate_share=share, arrival_scv=arrival_scv,
+        scaling=scaling,
+    )
+
+
+def _parse_edge(ctx: _Ctx, raw: Any, i: int, names: set[str]) -> EdgeSpec:
+    where = f"edges[{i}]"
+    if not isinstance(raw, Mapping):
+        raise ctx.fail("must be a mapping with 'from' and 'to'", where, raw)
+    ctx.unknown_keys(raw, _EDGE_KEYS, where)
+    ends = []
+    for key in ("from", "to"):
+        value = raw.get(key)
+        if not isinstance(value, str):
+            raise ctx.fail("must name an operator", f"{where}.{key}", value)
+        if value not in names:
+            raise ctx.fail("unknown operator", f"{where}.{key}", value)
+        ends.append(value)
+    grouping = raw.get("grouping", "shuffle")
+    if grouping not in GROUPINGS:
+        raise ctx.fail(f"unknown grouping (known: {', '.join(GROUPINGS)})", f"{where}.grouping", grouping)
+    selectivity = ctx.number(raw, "selectivity", where, 1.0, non_negative=True)
+    keys = None
+    if "keys" in raw:
+        if grouping != "key":
+            raise ctx.fail("keys are only allowed on key-grouped edges", f"{where}.keys", raw["keys"])
+        keys = _parse_keys(ctx, raw["keys"], f"{where}.keys")
+    elif grouping == "key":
+        keys = KeySpec()
+    return EdgeSpec(source=ends[0], target=ends[1], grouping=grouping, selectivity=selectivity, keys=keys)
+
+
+def parse_model(data: Any, source: str | None = None, *, require_profiles: bool = True) -> JobModel:
+    """Validate a decoded model file (a mapping) and return the ``JobModel``."""
+    ctx = _Ctx(source)
+    if not isinstance(data, Mapping):
+        raise ctx.fail("the model file must be a mapping at top level", "(top level)", type(data).__name__)
+    ctx.unknown_keys(data, _TOP_KEYS, "")
+    version = data.get("augury")
+    if version != MODEL_VERSION:
+        raise ctx.fail(f"unsupported model file version (expected {MODEL_VERSION})", "augury", version)
+    job = data.get("job", "job")
+    if not isinstance(job, str) or not job:
+        raise ctx.fail("must be a non-empty string", "job", job)
+    network = ctx.number(data, "network_delay_ms", "", 0.0, non_negative=True)
+    buffer_timeout = ctx.number(data, "buffer_timeout_ms", "", 0.0, non_negative=True)
+    buffer_records = ctx.number(data, "buffer_records", "", 1, positive=True, integer=True)
+
+    raw_ops = data.get("operators")
+    if not isinstance(raw_ops, list) or not raw_ops:
+        raise ctx.fail("must be a non-empty list", "operators", raw_ops)
+    operators = [_parse_operator(ctx, raw, i, require_profiles) for i, raw in enumerate(raw_ops)]
+    names: set[str] = set()
+    for i, op in enumerate(operators):
+        if op.name in names:
+            raise ctx.fail("duplicate operator name", f"operators[{i}].name", op.name)
+        names.add(op.name)
+    if not any(op.is_source for op in operators):
+        raise ctx.fail("the job has no source (set role: source on at least one operator)", "operators[].role")
+
+    raw_edges = data.get("edges", [])
+    if not isinstance(raw_edges, list):
+        raise ctx.fail("must be a list", "edges", raw_edges)
+    edges = [_parse_edge(ctx, raw, i, names) for i, raw in enumerate(raw_edges)]
+    seen: set[tuple[str, str]] = set()
+    for i, edge in enumerate(edges):
+        if (edge.source, edge.target) in seen:
+            raise ctx.fail("duplicate edge", f"edges[{i}]", f"{edge.source}->{edge.target}")
+        if edge.source == edge.target:
+            raise ctx.fail("an edge from an operator to itself is a cycle", f"edges[{i}].to", edge.target)
+        seen.add((edge.source, edge.target))
+
+    by_name = {op.name: op for op in operators}
+    for i, edge in enumerate(edges):
+        if by_name[edge.target].is_source:
+            raise ctx.fail("a source cannot have incoming edges", f"edges[{i}].to", edge.target)
+        if edge.grouping == "forward":
+            pu, pv = by_name[edge.source].parallelism, by_name[edge.target].parallelism
+            if pu != pv:
+                raise ctx.fail(f"forward edge needs equal parallelism on both ends ({pu} != {pv})",
+                               f"edges[{i}].grouping", "forward")
+    shares = [op.rate_share for op in operators if op.is_source and op.rate_share is not None]
+    n_sources = sum(op.is_source for op in operators)
+    if shares and (sum(shares) > 1 + 1e-9 or (len(shares) == n_sources and abs(sum(shares) - 1) > 1e-6)):
+        raise ctx.fail("source rate shares must sum to 1", "operators[].rate_share", sum(shares))
+
+    model = JobModel(
+        job=job, operators=tuple(operators), edges=tuple(edges), network_delay_ms=network,
+        buffer_timeout_ms=buffer_timeout, buffer_records=buffer_records,
+        calibration=data.get("calibration"), source_file=source,
+    )
+    graph = to_graph(model)
+    if not nx.is_directed_acyclic_graph(graph):
+        cycle = nx.find_cycle(graph)
+        raise ctx.fail("the operator graph has a cycle", "edges", " -> ".join(u for u, _ in cycle) + f" -> {cycle[0][0]}")
+    for op in operators:
+        if not op.is_source and graph.in_degree(op.name) == 0:
+            raise ctx.fail("a non-source operator has no incoming edge", "operators[].name", op.name)
+    return model
+
+
+def parse_model_text(text: str, source: str | None = None, *, require_profiles: bool = True) -> JobModel:
+    """Parse YAML or JSON text (JSON is YAML, but its errors are reported as JSON's)."""
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith("{") or (source or "").endswith(".json"):
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        detail = str(err).replace("\n", " ")
+        raise ModelError(f"malformed model file: {detail}", file=source) from None
+    return parse_model(data, source, require_profiles=require_profiles)
+
+
+def load_model(path: str | Path, *, require_profiles: bool = True) -> JobModel:
+    """Read and validate a model file (YAML or JSON)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ModelError(f"cannot read model file: {err.strerror}", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise ModelError("model file is not UTF-8 text", file=str(path)) from None
+    return parse_model_text(text, str(path), require_profiles=require_profiles)
+
+
+# ------------------------------------------------------------------- dumping
+
+
+def model_to_dict(model: JobModel) -> dict[str, Any]:
+    """The model file content (round-trips through ``parse_model``)."""
+    ops = []
+    for op in model.operators:
+        raw: dict[str, Any] = {"name": op.name}
+        if op.is_source:
+            raw["role"] = "source"
+        raw["parallelism"] = op.parallelism
+        if op.service_time_ms is not None:
+            raw["service_time_ms"] = op.service_time_ms
+        if op.service_scv != 1.0:
+            raw["service_scv"] = op.service_scv
+        if op.min_parallelism != 1:
+            raw["min_parallelism"] = op.min_parallelism
+        if op.max_parallelism != 128:
+            raw["max_parallelism"] = op.max_parallelism
+        if op.rate_share is not None:
+            raw["rate_share"] = op.rate_share
+        if op.arrival_scv != 1.0:
+            raw["arrival_scv"] = op.arrival_scv
+        if op.scaling.form == "contention":
+            raw["scaling"] = {"form": "contention", "overhead": op.scaling.overhead}
+        elif op.scaling.form == "table":
+            raw["scaling"] = {"form": "table", "parallelism": list(op.scaling.parallelism),
+                              "factor": list(op.scaling.factor)}
+        ops.append(raw)
+    edges = []
+    for e in model.edges:
+        raw = {"from": e.source, "to": e.target, "grouping": e.grouping, "selectivity": e.selectivity}
+        if e.keys is not None and e.grouping == "key":
+            if e.keys.weights is not None:
+                raw["keys"] = {"weights": list(e.keys.weights)}
+            elif e.keys.distribution != "uniform" or e.keys.count is not None:
+                k: dict[str, Any] = {"distribution": e.keys.distribution}
+                if e.keys.distribution == "zipf":
+                    k["exponent"] = e.keys.exponent
+                if e.keys.count is not None:
+                    k["count"] = e.keys.count
+                raw["keys"] = k
+        edges.append(raw)
+    out: dict[str, Any] = {"augury": MODEL_VERSION, "job": model.job}
+    if model.network_delay_ms:
+        out["network_delay_ms"] = model.network_delay_ms
+    if model.buffer_timeout_ms:
+        out["buffer_timeout_ms"] = model.buffer_timeout_ms
+        out["buffer_records"] = model.buffer_records
+    out["operators"] = ops
+    out["edges"] = edges
+    if model.calibration is not None:
+        out["calibration"] = dict(model.calibration)
+    return out
+
+
+def dump_model(model: JobModel, fmt: str = "yaml") -> str:
+    """Model file text, YAML (default) or JSON."""
+    data = model_to_dict(model)
+    if fmt == "json":
+        return json.dumps(data, indent=2)
+    return yaml.safe_dump(data, sort_keys=False)
