@@ -60,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AuguryError as err:
         print(f"augury {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
+    except BrokenPipeError:  # output piped into `head` & co.
+        sys.stderr.close()
+        return EXIT_OK
     except KeyboardInterrupt:
         print(f"augury {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,59 @@
+"""``augury predict MODEL --rate R [--config op=p,...] [--json]``."""
+
+from __future__ import annotations
+
+import argparse
+
+from augury.commands._common import parse_config, parse_positive_float, print_json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "predict", help="predict throughput, max rate, bottleneck and latency of a configuration",
+        description="Predict what the job does at input rate R with the model's (or a given) parallelism.",
+    )
+    parser.add_argument("model", metavar="MODEL", help="model file (YAML or JSON)")
+    parser.add_argument("--rate", required=True, help="input rate, tuples/s")
+    parser.add_argument("--config", help="parallelism overrides: op=p[,op=p...] (others keep the model's)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from modeler.modelfile import load_model
+    from modeler.queueing import predict
+
+    rate = parse_positive_float(args.rate, "--rate")
+    config = parse_config(args.config)
+    model = load_model(args.model)
+    prediction = predict(model, config, rate)
+    if args.json:
+        print_json(prediction.to_dict())
+    else:
+        print(format_prediction(prediction))
+    return 0
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def format_prediction(p) -> str:
+    """A readable table of a ``Prediction``."""
+    lines = [
+        f"rate {_fmt(p.rate, 1)} tuples/s   throughput {_fmt(p.throughput, 1)}   "
+        f"max_rate {_fmt(p.max_rate, 1)}   bottleneck {p.bottleneck or '-'}"
+        + ("   SATURATED (back pressure)" if p.saturated else ""),
+        "latency ms: mean {}  p95 {}  p99 {}".format(
+            _fmt(p.latency_ms["mean"], 3), _fmt(p.latency_ms["p95"], 3), _fmt(p.latency_ms["p99"], 3)),
+        "",
+        f"{'operator':<16}{'p':>4}{'arrival/s':>12}{'processed/s':>13}{'util':>7}{'max util':>9}"
+        f"{'sojourn ms':>12}  flags",
+    ]
+    for name, op in p.operators.items():
+        flags = ",".join(f for f, on in (("bottleneck", op.bottleneck), ("backpressured", op.backpressured)) if on)
+        lines.append(
+            f"{name:<16}{op.parallelism:>4}{op.arrival_rate:>12,.1f}{op.processed_rate:>13,.1f}"
+            f"{op.utilization:>7.2f}{op.max_utilization:>9.2f}{_fmt(op.sojourn_ms, 3):>12}  {flags}"
+        )
+    return "\n".join(lines)

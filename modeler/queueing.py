@@ -1,0 +1,564 @@
+"""The queueing-network performance model: ``predict(model, config, rate) -> Prediction``.
+
+Units: rates in tuples/s, times in ms (internally seconds, converted at the edges).
+
+What is modelled (``../shared/DESIGN.md`` section 2), and the assumptions:
+
+1. **Traffic.** In topological order, lambda_v = sum over in-edges u->v of s_uv * x_u (times p_v on
+   a broadcast edge); x_u = lambda_u below saturation. Sources receive ``rate * rate_share``.
+2. **A queue per instance** (Storm/Heron/Flink give every instance its own input queue; not one
+   shared M/M/c queue). Shuffle splits evenly (round-robin); key grouping routes each key to one
+   instance through Flink's key groups (``modeler.keys``), so an instance's share is the weight of
+   its keys; forward keeps the upstream instance's share; broadcast copies to every instance.
+3. **Saturation / back pressure.** Everything is linear in the input rate, so every instance's
+   utilization is ``rate * c_vi`` and the job sustains ``max_rate = 1 / max c_vi``: the rate at
+   which the hottest instance of the bottleneck reaches utilization 1. Above it, back pressure
+   throttles the sources (all of them, proportionally: we assume the job's sources share one
+   back-pressured DAG), throughput is ``max_rate``, operators upstream of the bottleneck are
+   marked back-pressured, and latency is undefined (``None``: queues grow without bound).
+4. **Latency.** Each instance is a G/G/1 queue. Waiting time: Allen-Cunneen (Kingman's
+   heavy-traffic form) with the Kraemer/Langenbach-Belz correction
+   ``Wq = g * rho/(1-rho) * (ca2 + cs2)/2 * E[S]``; it is exact for M/M/1 and M/G/1
+   (Pollaczek-Khinchine) and the KLB factor ``g`` corrects the smooth (round-robin, ca2 < 1)
+   arrivals engines produce. Arrival variability is propagated as in Whitt's QNA: departures
+   ``cd2 = rho^2 cs2 + (1-rho^2) ca2``; selectivity emits a clump of B tuples per processed tuple
+   (B = floor(s) or floor(s)+1, mean s; Bernoulli thinning when s < 1), which raises the tuple
+   stream's index of dispersion ``I = cd2*s + Var(B)/s`` and adds the in-clump wait
+   ``E[S] (m-1)/2`` with ``m = E[B^2]/E[B]`` (the exact M^X/G/1 term); key splitting is random
+   thinning (``I' = sigma I + 1 - sigma``), round-robin divides ``I`` by p; merging streams uses
+   Whitt's hybrid superposition (many merged streams look Poisson at low load).
+   Sojourn = wait + service; per hop a network delay and, when the engine batches output buffers,
+   the buffer wait ``min(timeout, fill time)/2``. End-to-end: the flow-weighted mixture over
+   source->sink paths (computed by dynamic programming over the DAG, not by enumerating paths),
+   keeping the first two moments; p95/p99 come from a gamma distribution fitted to those moments
+   (shifted by the deterministic delays), not from a constant factor. Waiting time per instance is
+   taken as 0 with probability 1-rho and exponential otherwise (exact for M/M/1), which gives its
+   second moment.
+
+``predict_batch`` evaluates many configurations and rates in one numpy pass; ``predict`` is the
+same computation for one configuration, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Mapping, Sequence
+
+import networkx as nx
+import numpy as np
+from scipy.special import gammaincinv
+
+from modeler.errors import ConfigError, ModelError
+from modeler.keys import share_table
+from modeler.modelfile import JobModel, to_graph
+
+#: The latency statistics ``Prediction.latency_ms`` reports.
+LATENCY_STATS = ("mean", "p95", "p99")
+_QUANTILES = {"p95": 0.95, "p99": 0.99}
+_SAT_EPS = 1e-9
+
+
+# ---------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class OperatorPrediction:
+    """One operator at one configuration and rate. Rates in tuples/s, times in ms."""
+
+    parallelism: int
+    arrival_rate: float
+    """Offered arrival rate at the requested input rate (before back pressure)."""
+    utilization: float
+    """Mean utilization over the instances (at the achieved throughput)."""
+    max_utilization: float
+    """Utilization of the hottest instance."""
+    processed_rate: float
+    """Tuples/s actually processed (throttled above max_rate)."""
+    sojourn_ms: float | None
+    """Mean time a tuple spends at the operator (wait + service); None when saturated."""
+    backpressured: bool
+    """Upstream of the bottleneck while the job is saturated."""
+    bottleneck: bool
+    hot_share: float
+    """Share of the operator's input that its hottest instance receives (1/p when even)."""
+
+    def to_dict(self) -> dict:
+        return {
+            "parallelism": self.parallelism, "arrival_rate": self.arrival_rate,
+            "utilization": self.utilization, "max_utilization": self.max_utilization,
+            "processed_rate": self.processed_rate, "sojourn_ms": self.sojourn_ms,
+            "backpressured": self.backpressured, "bottleneck": self.bottleneck,
+            "hot_share": self.hot_share,
+        }
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the job does at one configuration and input rate."""
+
+    rate: float
+    throughput: float
+    """Input tuples/s the job accepts: min(rate, max_rate)."""
+    max_rate: float
+    """Highest input rate the configuration sustains (tuples/s)."""
+    bottleneck: str | None
+    """The operator whose hottest instance saturates first (None if nothing has a capacity)."""
+    saturated: bool
+    config: Mapping[str, int]
+    latency_ms: Mapping[str, float | None]
+    """{'mean', 'p95', 'p99'}: end-to-end, ms; None when saturated."""
+    operators: Mapping[str, OperatorPrediction]
+    output_rate: float = 0.0
+    """Tuples/s arriving at the sinks."""
+
+    def to_dict(self) -> dict:
+        """The ``augury predict --json`` object (public contract, see README)."""
+        return {
+            "rate": self.rate, "throughput": self.throughput, "max_rate": self.max_rate,
+            "bottleneck": self.bottleneck, "saturated": self.saturated,
+            "config": dict(self.config), "latency_ms": dict(self.latency_ms),
+            "output_rate": self.output_rate,
+            "operators": {name: op.to_dict() for name, op in self.operators.items()},
+        }
+
+
+@dataclass(frozen=True)
+class BatchPrediction:
+    """``predict_batch`` results: row i is configuration ``parallelism[i]`` at ``rate[i]``.
+
+    Per-operator arrays have one column per operator, in ``operators`` order.
+    """
+
+    operators: tuple[str, ...]
+    parallelism: np.ndarray
+    rate: np.ndarray
+    max_rate: np.ndarray
+    throughput: np.ndarray
+    saturated: np.ndarray
+    bottleneck: np.ndarray
+    """Column index of the bottleneck operator (-1 when none has a capacity)."""
+    utilization: np.ndarray
+    max_utilization: np.ndarray
+    processed_rate: np.ndarray
+    arrival_rate: np.ndarray
+    hot_share: np.ndarray
+    sojourn_ms: np.ndarray
+    """Mean sojourn per operator, NaN when saturated."""
+    latency_mean_ms: np.ndarray
+    latency_p95_ms: np.ndarray
+    latency_p99_ms: np.ndarray
+    output_rate: np.ndarray
+
+    def latency(self, stat: str) -> np.ndarray:
+        return {"mean": self.latency_mean_ms, "p95": self.latency_p95_ms, "p99": self.latency_p99_ms}[stat]
+
+
+# ----------------------------------------------------------------- compiled model
+
+
+@dataclass(frozen=True)
+class _Edge:
+    u: int
+    v: int
+    grouping: str
+    selectivity: float
+    batch_var: float
+    """Var(B) of the clump emitted per processed tuple (B = floor(s) or floor(s)+1)."""
+    table: np.ndarray | None
+    """Key-grouping share table [p, instance] (``modeler.keys.share_table``)."""
+
+
+@dataclass(frozen=True)
+class CompiledModel:
+    """A model prepared for fast evaluation (topological order, edge lists, key tables)."""
+
+    model: JobModel
+    names: tuple[str, ...]
+    service_s: np.ndarray
+    """Base mean service time per operator, seconds (0 = no capacity limit)."""
+    scv: np.ndarray
+    arrival_scv: np.ndarray
+    source_share: np.ndarray
+    in_edges: tuple[tuple[_Edge, ...], ...]
+    ancestors: tuple[frozenset[int], ...]
+    sinks: tuple[int, ...]
+    min_p: np.ndarray
+    max_p: np.ndarray
+    forward_groups: tuple[tuple[int, ...], ...] = field(default=())
+    """Operators tied together by forward edges (must share one parallelism)."""
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {n: i for i, n in enumerate(self.names)}
+
+    def service_at(self, parallelism: np.ndarray) -> np.ndarray:
+        """Mean service time per instance [n, V] at the given parallelism (contention scaling)."""
+        out = np.broadcast_to(self.service_s, parallelism.shape).astype(float).copy()
+        for j, name in enumerate(self.names):
+            scaling = self.model.operator(name).scaling
+            if scaling.form != "linear" and self.service_s[j] > 0:
+                out[:, j] *= scaling.factor_at(parallelism[:, j])
+        return out
+
+    def config_array(self, configs: Sequence[Mapping[str, int]]) -> np.ndarray:
+        """Full parallelism matrix [n, V] from (possibly partial) configurations, validated."""
+        rows = [self.model.resolve_config(c) for c in configs]
+        return np.array([[row[n] for n in self.names] for row in rows], dtype=np.int64)
+
+
+def compile_model(model: JobModel) -> CompiledModel:
+    """Prepare ``model`` for ``predict`` / ``predict_batch``. Raises ``ModelError`` without profiles."""
+    if not model.has_profiles():
+        missing = [op.name for op in model.operators if not op.is_source and op.service_time_ms is None]
+        raise ModelError("the model has no service time (calibrate it first)", file=model.source_file,
+                         field=f"operators[{missing[0]}].service_time_ms")
+    graph = to_graph(model)
+    order = tuple(nx.lexicographical_topological_sort(graph, key=list(graph.nodes).index))
+    index = {n: i for i, n in enumerate(order)}
+    specs = [model.operator(n) for n in order]
+    shares = model.source_shares()
+    in_edges: list[list[_Edge]] = [[] for _ in order]
+    for e in model.edges:
+        s = e.selectivity
+        frac = s - np.floor(s)
+        table = None
+        if e.grouping == "key":
+            table = share_table(e.keys, model.operator(e.target).max_parallelism)
+        in_edges[index[e.target]].append(
+            _Edge(index[e.source], index[e.target], e.grouping, s, float(frac * (1 - frac)), table))
+    forward = nx.Graph()
+    forward.add_nodes_from(range(len(order)))
+    forward.add_edges_from((index[e.source], index[e.target]) for e in model.edges if e.grouping == "forward")
+    groups = tuple(tuple(sorted(c)) for c in nx.connected_components(forward) if len(c) > 1)
+    return CompiledModel(
+        model=model,
+        names=order,
+        service_s=np.array([(op.service_time_ms or 0.0) / 1000.0 for op in specs]),
+        scv=np.array([op.service_scv for op in specs]),
+        arrival_scv=np.array([op.arrival_scv for op in specs]),
+        source_share=np.array([shares.get(op.name, 0.0) for op in specs]),
+        in_edges=tuple(tuple(es) for es in in_edges),
+        ancestors=tuple(frozenset(index[a] for a in nx.ancestors(graph, n)) for n in order),
+        sinks=tuple(index[n] for n in order if graph.out_degree(n) == 0),
+        min_p=np.array([op.min_parallelism for op in specs]),
+        max_p=np.array([op.max_parallelism for op in specs]),
+        forward_groups=groups,
+    )
+
+
+# ------------------------------------------------------------------ the evaluation
+
+
+@dataclass
+class _Classes:
+    """Instances of one operator grouped into classes with equal share.
+
+    ``share[n, k]``: share of the operator's arrivals received by one instance of class k;
+    ``count[n, k]``: number of instances in class k. Even splits use a single class (K = 1).
+    """
+
+    share: np.ndarray
+    count: np.ndarray
+
+    @property
+    def width(self) -> int:
+        return self.share.shape[1]
+
+
+def _even(p: np.ndarray) -> _Classes:
+    return _Classes(share=(1.0 / p)[:, None], count=p[:, None].astype(float))
+
+
+def _explicit(cls: _Classes, p: np.ndarray, width: int) -> _Classes:
+    """Expand an even split to one column per instance (for mixing with a skewed split)."""
+    if cls.width == width:
+        return cls
+    k = np.arange(width)[None, :]
+    mask = k < p[:, None]
+    return _Classes(share=np.where(mask, 1.0 / p[:, None], 0.0), count=mask.astype(float))
+
+
+def _superpose(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+               rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Whitt's hybrid superposition of independent streams arriving at one instance.
+
+    ``parts``: (rate, index of dispersion, clump factor m, number of independent substreams).
+    Returns (ca2, m) at the instance.
+    """
+    total = sum(p[0] for p in parts)
+    safe = np.where(total > 0, total, 1.0)
+    disp = sum(p[0] * p[1] for p in parts) / safe
+    clump = sum(p[0] * p[2] for p in parts) / safe
+    herf = sum((p[0] / safe) ** 2 / p[3] for p in parts)
+    nu = 1.0 / np.where(herf > 0, herf, 1.0)
+    w = 1.0 / (1.0 + 4.0 * (1.0 - np.clip(rho, 0.0, 1.0)) ** 2 * (nu - 1.0))
+    ca2 = w * disp + (1.0 - w)
+    return np.where(total > 0, ca2, 1.0), np.where(total > 0, clump, 1.0)
+
+
+def _waiting(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray,
+             clump: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and second moment of one instance's waiting time (seconds).
+
+    Two independent parts: the queue wait (Allen-Cunneen with the KLB correction; zero with
+    probability 1-rho, else exponential) and the wait behind earlier tuples of the same clump
+    (position K uniform on 0..m-1 service times: E[K] = (m-1)/2, E[K^2] = (m-1)(2m-1)/6).
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = np.clip(rho, 1e-12, 1.0 - 1e-12)
+        denom = np.maximum(ca2 + cs2, 1e-12)
+        g = np.where(
+            ca2 < 1.0,
+            np.exp(-2.0 * (1.0 - r) * (1.0 - ca2) ** 2 / (3.0 * r * denom)),
+            np.exp(-(1.0 - r) * (ca2 - 1.0) / (ca2 + 4.0 * cs2 + 1e-12)),
+        )
+        queue1 = np.where(rho > 0, g * r / (1.0 - r) * (ca2 + cs2) / 2.0 * es, 0.0)
+        queue2 = np.where(rho > 0, 2.0 * queue1**2 / r, 0.0)
+    clump1 = es * (clump - 1.0) / 2.0
+    clump2 = es**2 * (clump - 1.0) * (2.0 * clump - 1.0) / 6.0
+    return queue1 + clump1, queue2 + 2.0 * queue1 * clump1 + clump2
+
+
+def predict_batch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.ndarray | float) -> BatchPrediction:
+    """Evaluate configurations ``parallelism`` [n, V] (columns in ``compiled.names`` order) at
+    input rates ``rate`` ([n] or a scalar) in one vectorized pass."""
+    P = np.atleast_2d(np.asarray(parallelism, dtype=np.int64))
+    n, V = P.shape
+    if V != len(compiled.names):
+        raise ConfigError(f"expected {len(compiled.names)} columns ({', '.join(compiled.names)})",
+                          field="parallelism", value=V)
+    R = np.broadcast_to(np.asarray(rate, dtype=float), (n,)).astype(float)
+    Pf = P.astype(float)
+    ES = compiled.service_at(P)  # seconds per tuple per instance
+    has_capacity = compiled.service_s > 0
+
+    # 1. Traffic per unit input rate (visit ratios) and per-instance shares.
+    visit = np.zeros((n, V))
+    classes: list[_Classes] = []
+    edge_flow: dict[tuple[int, int], np.ndarray] = {}
+    for v in range(V):
+        p = P[:, v]
+        if not compiled.in_edges[v]:
+            visit[:, v] = compiled.source_share[v]
+            classes.append(_even(p))
+            continue
+        flows, parts = [], []
+        for e in compiled.in_edges[v]:
+            f = e.selectivity * visit[:, e.u] * (Pf[:, v] if e.grouping == "broadcast" else 1.0)
+            edge_flow[(e.u, v)] = f
+            if e.grouping == "key":
+                cls = _Classes(share=e.table[p], count=(e.table[p] > 0).astype(float))
+            elif e.grouping == "forward":
+                cls = classes[e.u]
+            else:
+                cls = _even(p)
+            flows.append(f)
+            parts.append(cls)
+        total = sum(flows)
+        visit[:, v] = total
+        if all(c.width == 1 for c in parts):
+            classes.append(_even(p))
+        else:
+            width = max(c.width for c in parts)
+            safe = np.where(total > 0, total, 1.0)[:, None]
+            exp = [_explicit(c, p, width) if c.width != width else c for c in parts]
+            share = sum(f[:, None] * c.share for f, c in zip(flows, exp)) / safe
+            share = np.where(total[:, None] > 0, share, exp[0].share)
+            classes.append(_Classes(share=share, count=(share > 0).astype(float)))
+
+    hot_share = np.stack([c.share.max(axis=1) for c in classes], axis=1)
+    # Utilization of the hottest instance per unit of input rate.
+    hot_load = visit * hot_share * ES
+    hot_load[:, ~has_capacity] = 0.0
+    worst = hot_load.max(axis=1)
+    with np.errstate(divide="ignore"):
+        max_rate = np.where(worst > 0, 1.0 / worst, np.inf)
+    bottleneck = np.where(worst > 0, hot_load.argmax(axis=1), -1)
+
+    throughput = np.minimum(R, max_rate)
+    saturated = R >= max_rate * (1.0 - _SAT_EPS)
+    processed = visit * throughput[:, None]
+    arrival = visit * R[:, None]
+    mean_util = np.where(has_capacity, processed * ES / Pf, 0.0)
+    max_util = np.where(has_capacity, processed * hot_share * ES, 0.0)
+
+    # 2. Latency (only meaningful below saturation; computed everywhere, masked at the end).
+    disp_out = np.ones((n, V))   # index of dispersion of each operator's departures (before emission)
+    sojourn1 = np.zeros((n, V))  # per-operator sojourn mean (s)
+    sojourn2 = np.zeros((n, V))  # and second moment
+    for v in range(V):
+        cls = classes[v]
+        lam_inst = processed[:, v][:, None] * cls.share  # [n, K]
+        es = ES[:, v][:, None]
+        rho = lam_inst * es
+        if not compiled.in_edges[v]:
+            frac = 1.0 / Pf[:, v]
+            ca2 = (frac * compiled.arrival_scv[v] + 1.0 - frac)[:, None] * np.ones_like(cls.share)
+            clump = np.ones_like(cls.share)
+        else:
+            parts = []
+            for e in compiled.in_edges[v]:
+                s = e.selectivity
+                if s <= 0:
+                    continue
+                disp_e = disp_out[:, e.u] * s + e.batch_var / s        # tuple stream of the edge
+                clump_e = np.full(n, s + e.batch_var / s) if s >= 1 else np.ones(n)
+                rate_e = edge_flow[(e.u, v)] * throughput               # into the whole operator
+                pu = Pf[:, e.u]
+                pv = Pf[:, v]
+                if e.grouping == "shuffle":
+                    share = cls.share if cls.width == 1 else np.where(cls.share > 0, 1.0 / pv[:, None], 0.0)
+                    d, m, subs = (disp_e / pv)[:, None], np.maximum(1.0, clump_e / pv)[:, None], pu[:, None]
+                    r = rate_e[:, None] * share
+                elif e.grouping == "key":
+                    sh = e.table[P[:, v]]
+                    if cls.width == 1:  # uniform key groups: every instance gets 1/p
+                        sh = (1.0 / pv)[:, None]
+                    d = sh * disp_e[:, None] + 1.0 - sh
+                    m = 1.0 - sh + sh * clump_e[:, None]
+                    subs = pu[:, None] * np.ones_like(sh)
+                    r = rate_e[:, None] * sh
+                elif e.grouping == "broadcast":
+                    r = (rate_e / pv)[:, None] * np.ones_like(cls.share)
+                    d, m, subs = disp_e[:, None], clump_e[:, None], pu[:, None]
+                else:  # forward: instance i of v is fed by instance i of u only
+                    r = rate_e[:, None] * (classes[e.u].share if classes[e.u].width == cls.width else cls.share)
+                    d, m, subs = disp_e[:, None], clump_e[:, None], np.ones((n, 1))
+                if cls.width > 1:
+                    r, d, m, subs = (np.broadcast_to(x, cls.share.shape) for x in (r, d, m, subs))
+                parts.append((r, d, m, np.maximum(subs, 1.0)))
+            if parts:
+                ca2, clump = _superpose(parts, rho)
+            else:
+                ca2, clump = np.ones_like(cls.share), np.ones_like(cls.share)
+        if has_capacity[v]:
+            cs2 = compiled.scv[v]
+            wq, w2 = _waiting(rho, ca2, cs2, es, clump)
+            s1 = es
+            s2 = (1.0 + cs2) * es**2
+            t1 = wq + s1
+            t2 = w2 + 2.0 * wq * s1 + s2
+            cd2 = rho**2 * cs2 + (1.0 - rho**2) * ca2
+        else:
+            t1 = np.zeros_like(cls.share)
+            t2 = np.zeros_like(cls.share)
+            cd2 = ca2
+        weight = cls.share * cls.count  # fraction of the operator's tuples per class
+        sojourn1[:, v] = (weight * t1).sum(axis=1)
+        sojourn2[:, v] = (weight * t2).sum(axis=1)
+        disp_out[:, v] = (weight * cd2).sum(axis=1)
+
+    # 3. End to end: flow-weighted mixture over source->sink paths, by DP in topological order.
+    hop = compiled.model.network_delay_ms / 1000.0
+    timeout = compiled.model.buffer_timeout_ms / 1000.0
+    acc1 = np.zeros((n, V))   # mean latency accumulated up to leaving v
+    acc2 = np.zeros((n, V))   # second moment
+    det = np.zeros((n, V))    # deterministic part (network + buffer waits)
+    for v in range(V):
+        if not compiled.in_edges[v]:
+            m1, m2, d = np.zeros(n), np.zeros(n), np.zeros(n)
+        else:
+            tot = np.zeros(n)
+            m1 = np.zeros(n)
+            m2 = np.zeros(n)
+            d = np.zeros(n)
+            for e in compiled.in_edges[v]:
+                f = edge_flow[(e.u, v)] * throughput
+                delay = np.full(n, hop)
+                if timeout > 0:
+                    channels = Pf[:, e.u] * (1.0 if e.grouping == "forward" else Pf[:, v])
+                    per_channel = np.where(f > 0, f / channels, 0.0)
+                    with np.errstate(divide="ignore"):
+                        fill = np.where(per_channel > 0,
+                                        (compiled.model.buffer_records - 1) / per_channel, 0.0)
+                    delay = delay + np.minimum(timeout, fill) / 2.0
+                a1 = acc1[:, e.u] + delay
+                a2 = acc2[:, e.u] + 2.0 * acc1[:, e.u] * delay + delay**2
+                tot += f
+                m1 += f * a1
+                m2 += f * a2
+                d += f * (det[:, e.u] + delay)
+            safe = np.where(tot > 0, tot, 1.0)
+            m1, m2, d = m1 / safe, m2 / safe, d / safe
+        acc1[:, v] = m1 + sojourn1[:, v]
+        acc2[:, v] = m2 + 2.0 * m1 * sojourn1[:, v] + sojourn2[:, v]
+        det[:, v] = d
+    sink_cols = list(compiled.sinks)
+    sink_flow = processed[:, sink_cols]
+    sink_total = sink_flow.sum(axis=1)
+    safe = np.where(sink_total > 0, sink_total, 1.0)
+    e1 = (sink_flow * acc1[:, sink_cols]).sum(axis=1) / safe
+    e2 = (sink_flow * acc2[:, sink_cols]).sum(axis=1) / safe
+    shift = (sink_flow * det[:, sink_cols]).sum(axis=1) / safe
+    var = np.maximum(e2 - e1**2, 0.0)
+    rand_mean = np.maximum(e1 - shift, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = np.where(var > 0, rand_mean**2 / var, np.inf)
+        theta = np.where(rand_mean > 0, var / rand_mean, 0.0)
+        p95 = np.where(np.isfinite(k), shift + theta * gammaincinv(k, 0.95), e1)
+        p99 = np.where(np.isfinite(k), shift + theta * gammaincinv(k, 0.99), e1)
+
+    nan = np.nan
+    return BatchPrediction(
+        operators=compiled.names, parallelism=P, rate=R, max_rate=max_rate, throughput=throughput,
+        saturated=saturated, bottleneck=bottleneck, utilization=mean_util, max_utilization=max_util,
+        processed_rate=processed, arrival_rate=arrival, hot_share=hot_share,
+        sojourn_ms=np.where(saturated[:, None], nan, sojourn1 * 1000.0),
+        latency_mean_ms=np.where(saturated, nan, e1 * 1000.0),
+        latency_p95_ms=np.where(saturated, nan, p95 * 1000.0),
+        latency_p99_ms=np.where(saturated, nan, p99 * 1000.0),
+        output_rate=sink_total,
+    )
+
+
+def _clean(x: float) -> float | None:
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+def prediction_from_batch(compiled: CompiledModel, batch: BatchPrediction, i: int = 0) -> Prediction:
+    """Row ``i`` of a batch as a ``Prediction``."""
+    names = compiled.names
+    saturated = bool(batch.saturated[i])
+    b = int(batch.bottleneck[i])
+    bottleneck = names[b] if b >= 0 else None
+    upstream = compiled.ancestors[b] if (saturated and b >= 0) else frozenset()
+    operators = {}
+    for j, name in enumerate(names):
+        operators[name] = OperatorPrediction(
+            parallelism=int(batch.parallelism[i, j]),
+            arrival_rate=float(batch.arrival_rate[i, j]),
+            utilization=float(batch.utilization[i, j]),
+            max_utilization=float(batch.max_utilization[i, j]),
+            processed_rate=float(batch.processed_rate[i, j]),
+            sojourn_ms=_clean(batch.sojourn_ms[i, j]),
+            backpressured=j in upstream,
+            bottleneck=j == b,
+            hot_share=float(batch.hot_share[i, j]),
+        )
+    return Prediction(
+        rate=float(batch.rate[i]),
+        throughput=float(batch.throughput[i]),
+        max_rate=float(batch.max_rate[i]),
+        bottleneck=bottleneck,
+        saturated=saturated,
+        config={name: int(batch.parallelism[i, j]) for j, name in enumerate(names)},
+        latency_ms={
+            "mean": _clean(batch.latency_mean_ms[i]),
+            "p95": _clean(batch.latency_p95_ms[i]),
+            "p99": _clean(batch.latency_p99_ms[i]),
+        },
+        operators=operators,
+        output_rate=float(batch.output_rate[i]),
+    )
+
+
+def predict(model: JobModel | CompiledModel, config: Mapping[str, int] | None = None,
+            rate: float = 0.0) -> Prediction:
+    """Predict the job at input ``rate`` (tuples/s) with ``config`` overriding the model's
+    parallelism (operators it does not name keep theirs)."""
+    compiled = model if isinstance(model, CompiledModel) else compile_model(model)
+    if not np.isfinite(rate) or rate < 0:
+        raise ConfigError("the input rate must be a finite number >= 0", field="rate", value=rate)
+    P = compiled.config_array([config or {}])
+    return prediction_from_batch(compiled, predict_batch(compiled, P, float(rate)))
