@@ -1,7 +1,7 @@
 """Putting a rate series onto a regular time grid, without silently losing anything.
 
 A series arrives as a ``pandas.Series`` indexed by timestamps (``DatetimeIndex``).
-``regularize`` infers the sampling step (the most common gap between consecutive
+``regularize`` infers the sampling step (the smallest common gap between consecutive
 timestamps), reindexes onto the full regular grid from the first to the last
 timestamp and reports how many grid points had no observation. Missing points stay
 ``NaN`` in ``RegularSeries.values``; ``RegularSeries.filled()`` interpolates them
@@ -70,7 +70,9 @@ def _as_series(series: pd.Series, name: str) -> pd.Series:
 
 
 def infer_step_s(index: pd.DatetimeIndex) -> float:
-    """The most common gap between consecutive (sorted, distinct) timestamps, in seconds."""
+    """The sampling step in seconds: the smallest gap between consecutive timestamps that
+    makes up at least 10 % of all gaps (so missing rows, which make multiples of the step,
+    and a rare jittered timestamp do not mislead it)."""
     if len(index) < 2:
         raise ForecastError("need at least two timestamps to infer the sampling step",
                             field="index", value=len(index))
@@ -79,7 +81,9 @@ def infer_step_s(index: pd.DatetimeIndex) -> float:
     if diffs.size == 0:
         raise ForecastError("all timestamps are equal", field="index", value=str(index[0]))
     values, counts = np.unique(np.round(diffs, 6), return_counts=True)
-    return float(values[np.argmax(counts)])
+    # the smallest gap that is common (>= 10 % of gaps): gaps are multiples of the step
+    common = values[counts >= max(1, 0.1 * counts.sum())]
+    return float(common.min()) if common.size else float(values[np.argmax(counts)])
 
 
 def regularize(series: pd.Series, step_s: float | None = None, name: str = "series") -> RegularSeries:

@@ -257,7 +257,7 @@ class ThetaFit:
 
     def _season_at(self, pos: np.ndarray) -> np.ndarray:
         if self.m <= 1:
-            return np.zeros(len(pos)) if np.ndim(pos) else 0.0
+            return np.zeros(np.shape(pos))
         return self.season[np.mod(pos, self.m)]
 
     def paths(self, z: np.ndarray, t_s: np.ndarray, origins: np.ndarray, horizon: int) -> np.ndarray:
