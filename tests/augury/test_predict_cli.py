@@ -1,0 +1,59 @@
+"""``augury predict``: output contract, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from augury.cli import main
+from tests.conftest import EXAMPLES
+
+WORDCOUNT = str(EXAMPLES / "wordcount.yaml")
+
+
+def test_json_contract(capsys):
+    assert main(["predict", WORDCOUNT, "--rate", "500", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("rate", "throughput", "max_rate", "bottleneck", "saturated", "config", "latency_ms", "operators"):
+        assert key in out
+    assert out["config"] == {"source": 1, "split": 2, "count": 2}
+    assert set(out["latency_ms"]) == {"mean", "p95", "p99"}
+    assert set(out["operators"]["count"]) >= {
+        "parallelism", "arrival_rate", "utilization", "max_utilization", "processed_rate",
+        "sojourn_ms", "backpressured", "bottleneck"}
+    assert out["operators"]["count"]["arrival_rate"] == pytest.approx(3500.0)
+
+
+def test_partial_config_and_saturation(capsys):
+    assert main(["predict", WORDCOUNT, "--rate", "100000", "--config", "count=4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["count"] == 4 and out["config"]["split"] == 2
+    assert out["saturated"] is True and out["latency_ms"]["p99"] is None
+    assert out["throughput"] == pytest.approx(out["max_rate"])
+
+
+def test_table_output(capsys):
+    assert main(["predict", WORDCOUNT, "--rate", "500"]) == 0
+    out = capsys.readouterr().out
+    assert "max_rate" in out and "count" in out and "bottleneck" in out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["predict", WORDCOUNT, "--rate", "fast"], "--rate"),
+    (["predict", WORDCOUNT, "--rate", "-5"], "--rate"),
+    (["predict", WORDCOUNT, "--rate", "5", "--config", "count=two"], "count=two"),
+    (["predict", WORDCOUNT, "--rate", "5", "--config", "nope=2"], "nope"),
+    (["predict", WORDCOUNT, "--rate", "5", "--config", "count=500"], "config.count"),
+    (["predict", "/no/such/model.yaml", "--rate", "5"], "/no/such/model.yaml"),
+])
+def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_demo_runs(capsys):
+    assert main(["demo", "--quick", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["examples"]) == {"wordcount", "diamond", "clickstream"}
