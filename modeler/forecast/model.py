@@ -33,6 +33,7 @@ Pure: values in, values out. Units: times in seconds, rates as given.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
@@ -46,6 +47,16 @@ from modeler.forecast.methods import DAY_S, METHODS, WEEK_S, MethodSpec, fit_met
 from modeler.forecast.metrics import seasonal_naive_scale
 
 AUTO = "auto"
+
+
+def single_threaded_blas():
+    """The regressions here are small (thousands x tens): a multi-threaded BLAS only adds
+    contention (20x slower SVDs on a busy 2-core machine), so fits run single-threaded."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 @dataclass(frozen=True)
@@ -319,6 +330,10 @@ class Forecaster:
 
     def fit(self, series: pd.Series | RegularSeries) -> ForecastResult:
         """Fit on ``series`` (timestamps -> non-negative values; gaps allowed)."""
+        with single_threaded_blas():
+            return self._fit(series)
+
+    def _fit(self, series: pd.Series | RegularSeries) -> ForecastResult:
         self._check()
         reg = series if isinstance(series, RegularSeries) else regularize(series)
         step = reg.step_s
