@@ -1,7 +1,7 @@
 """The forecast backtest table on the real traces (``../shared/traces``).
 
     python -m experiments.forecast_table [--traces DIR] [--write-docs docs/forecast.md]
-                                         [--no-track]
+                                         [--other-windows] [--no-track]
 
 For each trace: a rolling-origin backtest of ``Forecaster(method="auto")`` with a 2-hour
 horizon against the seasonal naive baseline (``modeler.forecast.backtest``), refitting once
@@ -15,7 +15,9 @@ a day. The traces and windows:
   the last 14 days (round of 16 to the final) are scored (168 origins).
 
 Each backtest is logged to mlflow (``experiments.tracking``) unless ``--no-track``.
-``--write-docs FILE`` replaces the table between the ``forecast-table`` markers in FILE.
+``--write-docs FILE`` replaces the table between the ``forecast-table`` markers in FILE
+(and, with ``--other-windows``, the ``OTHER_WINDOWS`` table between the
+``forecast-other-windows`` markers).
 """
 
 from __future__ import annotations
@@ -68,6 +70,28 @@ CASES = (
 )
 
 
+# the same forecaster on other windows and steps: how much the headline rows depend on them
+OTHER_WINDOWS = (
+    TraceCase("taxi", "nab_nyc_taxi.csv", folds=84, end="2015-01-17 23:59",
+              note="30 min, 7 days to 2015-01-17"),
+    TraceCase("taxi", "nab_nyc_taxi.csv", folds=84, end="2014-12-20 23:59",
+              note="30 min, 7 days to 2014-12-20"),
+    TraceCase("taxi", "nab_nyc_taxi.csv", folds=84, end="2014-11-08 23:59",
+              note="30 min, 7 days to 2014-11-08"),
+    TraceCase("amzn", "nab_Twitter_volume_AMZN.csv", folds=84, end="2015-04-15 23:59",
+              note="5 min, 7 days to 2015-04-15"),
+    TraceCase("amzn", "nab_Twitter_volume_AMZN.csv", folds=84, end="2015-04-01 23:59",
+              note="5 min, 7 days to 2015-04-01"),
+    TraceCase("wc98", "wc98_requests_per_minute.csv", folds=84, step_s=300.0,
+              start="1998-06-10 00:00", end="1998-07-12 23:59",
+              note="5-min means, tournament, last 7 days"),
+    TraceCase("wc98", "wc98_requests_per_minute.csv", folds=168, step_s=1800.0,
+              start="1998-06-10 00:00", end="1998-07-12 23:59",
+              note="30-min means, tournament, last 14 days"),
+)
+OTHER_START, OTHER_END = "<!-- forecast-other-windows:start -->", "<!-- forecast-other-windows:end -->"
+
+
 def load_case(case: TraceCase, traces_dir: Path = TRACES) -> pd.Series:
     series = load_series(Path(traces_dir) / case.file)
     if case.start or case.end:
@@ -111,13 +135,25 @@ def _track(case: TraceCase, bt: Backtest) -> None:
         tracking.log_dict(bt.as_dict(), "backtest.json")
 
 
-def write_docs(path: Path, table: str) -> None:
+def write_docs(path: Path, table: str, start: str = START, end: str = END) -> None:
     text = path.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{path}: no {START} ... {END} markers")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{START}\n{table}\n{END}{tail}")
+    if start not in text or end not in text:
+        raise SystemExit(f"{path}: no {start} ... {end} markers")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{start}\n{table}\n{end}{tail}")
+
+
+def _run_all(cases, traces: Path, track: bool) -> list[tuple[TraceCase, Backtest]]:
+    results = []
+    for case in cases:
+        started = time.perf_counter()
+        bt = run_case(case, traces)
+        print(f"{case.name} ({case.note}): {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        if track:
+            _track(case, bt)
+        results.append((case, bt))
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,22 +161,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", type=Path, default=TRACES)
     parser.add_argument("--write-docs", type=Path, default=None)
     parser.add_argument("--no-track", action="store_true")
+    parser.add_argument("--other-windows", action="store_true",
+                        help="also backtest the other windows (OTHER_WINDOWS)")
     args = parser.parse_args(argv)
-    results = []
-    for case in CASES:
-        started = time.perf_counter()
-        bt = run_case(case, args.traces)
-        print(f"{case.name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
-        if not args.no_track:
-            _track(case, bt)
-        results.append((case, bt))
-    table = markdown(results)
+    table = markdown(_run_all(CASES, args.traces, not args.no_track))
     print(table)
     print("\nHorizon 2 h, rolling origin (origins 2 h apart, refit daily); MASE scaled by the "
           "in-sample MAE of the seasonal naive forecast at the season shown; coverage = fraction "
           "of actuals at or below the quantile forecast.")
     if args.write_docs:
         write_docs(args.write_docs, table)
+    if args.other_windows:
+        other = markdown(_run_all(OTHER_WINDOWS, args.traces, not args.no_track))
+        print("\nOther windows:\n" + other)
+        if args.write_docs:
+            write_docs(args.write_docs, other, OTHER_START, OTHER_END)
     return 0
 
 

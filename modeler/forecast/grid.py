@@ -112,9 +112,10 @@ def regularize(series: pd.Series, step_s: float | None = None, name: str = "seri
         raise ForecastError(f"timestamp is not on the {step_s:g} s grid starting at {t0}; "
                             "resample the series first", field=f"{name}.index",
                             value=str(values.index[off][0]))
-    if len(np.unique(pos)) != len(pos):
+    clash = np.diff(pos) == 0
+    if clash.any():
         raise ForecastError(f"two timestamps fall on the same {step_s:g} s grid point",
-                            field=f"{name}.index", value=str(values.index[0]))
+                            field=f"{name}.index", value=str(values.index[1:][clash][0]))
     n = int(pos[-1]) + 1
     grid = pd.date_range(t0, periods=n, freq=pd.Timedelta(seconds=step_s))
     out = np.full(n, np.nan)
