@@ -1,0 +1,468 @@
+"""Calibration: operator statistics from history -> the model's performance profile.
+
+Input: the ``operator_windows`` and ``edge_windows`` tables of ``history`` (pandas frames; see
+``docs/history.md``). Rates in tuples/s, times in ms. Pure: frames in, values out.
+
+What is fitted, and the rules:
+
+* **Service time** of one instance (ms per tuple) = busy time / processed tuples (DS2's "useful
+  time"), per window. Only windows where the operator's mean instance was busy at least
+  ``min_busy_fraction`` (default 10 %) count: at lower load busy time is dominated by per-window
+  overheads and timer granularity. Windows are weighted by tuples processed.
+* **Scaling with parallelism.** When windows cover at least two parallelisms, a robust linear
+  regression (scikit-learn ``HuberRegressor``) of service time on ``p - 1`` is fitted; a positive
+  slope that beats the constant model out of sample becomes ``scaling: {form: contention,
+  overhead: slope/intercept}`` (per-instance capacity falls as instances are added); otherwise
+  scaling is linear. The model file says which form was fitted.
+* **Service SCV** from queue lengths: inverting the Pollaczek-Khinchine / Kingman wait for windows
+  with utilization in [0.3, 0.95] and no back pressure, ``cs2 = 2 (1-rho) Lq / rho^2 - ca2``
+  (ca2 = 1 assumed). Without such windows, 1.0 (exponential) is assumed and reported as such.
+* **Selectivity** per edge = tuples on the edge / tuples processed upstream, over all windows.
+* **Key skew**: the hottest instance's share of a key-grouped operator's input, averaged per
+  parallelism, is matched by a Zipf key distribution (exponent, key count) through Flink's
+  key-group mapping, so the share at *unseen* parallelisms follows from the mapping.
+* **Per-hop delay** when end-to-end latency was measured: the median excess of measured over
+  predicted (delay-free) latency per hop, in windows below 80 % utilization.
+
+Diagnostics per parameter: samples, spread (IQR / median), out-of-sample error (K-fold median
+relative error), trust in [0, 1] = exp(-error / 0.1) * min(1, samples / 10); the overall trust is
+the minimum (a model is as trustworthy as its weakest parameter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+
+from modeler.errors import CalibrationError
+from modeler.keys import instance_shares, key_group_weights
+from modeler.modelfile import EdgeSpec, JobModel, KeySpec, OperatorSpec, ScalingSpec, to_graph
+
+OPERATOR_COLUMNS = ("window_start", "operator", "parallelism", "processed_rate", "busy_fraction_mean",
+                    "service_time_ms")
+EDGE_COLUMNS = ("window_start", "source_op", "target_op", "rate", "selectivity")
+_ZIPF_EXPONENTS = np.round(np.arange(0.0, 2.01, 0.05), 2)
+_ZIPF_COUNTS = (10, 30, 100, 300, 1_000, 3_000, 10_000, 100_000)
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    """How calibration selects windows and judges its fits."""
+
+    min_busy_fraction: float = 0.10
+    """Windows where the mean instance was busier than this (fraction of the window) measure service time."""
+    min_windows: int = 3
+    """Fewest usable windows per parameter; fewer is a CalibrationError."""
+    folds: int = 5
+    """K for the K-fold out-of-sample error of each parameter."""
+    scv_utilization_range: tuple[float, float] = (0.3, 0.95)
+    """Utilizations at which queue lengths are informative about the service SCV."""
+    max_backpressure_fraction: float = 0.05
+    """Windows back-pressured more than this are not used for the SCV (queues are capped)."""
+    skew_threshold: float = 1.10
+    """A grouping is inferred as key-grouped when the hottest share exceeds this times 1/p."""
+    default_max_parallelism: int = 128
+    """max_parallelism (= key groups) for operators the topology does not describe."""
+
+
+@dataclass(frozen=True)
+class ParameterFit:
+    """One fitted number and how far to trust it."""
+
+    value: float
+    samples: int
+    spread: float
+    """Interquartile range / median of the per-window values (0 = perfectly stable)."""
+    holdout_error: float
+    """Median relative error on held-out windows (K-fold)."""
+    source: str = "measured"
+    """measured | assumed | inferred."""
+
+    @property
+    def trust(self) -> float:
+        if self.source == "assumed":
+            return 0.5
+        return float(np.exp(-self.holdout_error / 0.1) * min(1.0, self.samples / 10.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "samples": self.samples, "spread": self.spread,
+                "holdout_error": self.holdout_error, "source": self.source, "trust": self.trust}
+
+
+@dataclass(frozen=True)
+class OperatorFit:
+    service_time_ms: ParameterFit
+    service_scv: ParameterFit
+    scaling: ScalingSpec
+    parallelism: int
+    parallelisms_seen: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EdgeFit:
+    selectivity: ParameterFit
+    grouping: str
+    keys: KeySpec | None = None
+    hot_share_error: float | None = None
+    """Mean absolute error of the fitted key distribution's hottest share (if key-grouped)."""
+
+
+def _spread(values: np.ndarray) -> float:
+    med = float(np.median(values))
+    if med == 0:
+        return 0.0
+    q1, q3 = np.percentile(values, [25, 75])
+    return float((q3 - q1) / abs(med))
+
+
+def _weighted_ratio_fit(num: np.ndarray, den: np.ndarray, per_window: np.ndarray, folds: int,
+                        source: str = "measured") -> ParameterFit:
+    """sum(num)/sum(den) with K-fold out-of-sample median relative error over windows."""
+    value = float(num.sum() / den.sum())
+    n = len(per_window)
+    errors = []
+    k = min(folds, n)
+    if k >= 2:
+        fold_of = np.arange(n) % k
+        for f in range(k):
+            train, test = fold_of != f, fold_of == f
+            if den[train].sum() <= 0:
+                continue
+            est = num[train].sum() / den[train].sum()
+            errors.extend(np.abs(per_window[test] - est) / np.maximum(np.abs(per_window[test]), 1e-12))
+    holdout = float(np.median(errors)) if errors else float("nan")
+    return ParameterFit(value=value, samples=n, spread=_spread(per_window), holdout_error=holdout, source=source)
+
+
+class Calibrator:
+    """Fit a job's performance profile from history (scikit-learn estimator contract).
+
+    ``Calibrator(config).fit(operator_windows, edge_windows, topology=None)`` returns ``self`` with
+    ``operators_`` ({op: OperatorFit}), ``edges_`` ({(u, v): EdgeFit}), ``network_delay_ms_``,
+    ``trust_`` and ``model_`` (the calibrated ``JobModel``, with a ``calibration`` section).
+    """
+
+    def __init__(self, config: CalibrationConfig | None = None):
+        self.config = config
+
+    # -- scikit-learn plumbing
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {"config": self.config}
+
+    def set_params(self, **params: Any) -> "Calibrator":
+        for key, value in params.items():
+            setattr(self, key, value)
+        return self
+
+    # -- fitting
+    def fit(self, operator_windows: pd.DataFrame, edge_windows: pd.DataFrame,
+            topology: JobModel | None = None, job: str | None = None) -> "Calibrator":
+        cfg = self.config or CalibrationConfig()
+        ops = _require_columns(operator_windows, OPERATOR_COLUMNS, "operator_windows")
+        edges = _require_columns(edge_windows, EDGE_COLUMNS, "edge_windows")
+        topology = topology or infer_topology(ops, edges, job=job or _job_name(ops), config=cfg)
+        self.topology_ = topology
+
+        self.operators_: dict[str, OperatorFit] = {}
+        for spec in topology.operators:
+            rows = ops[ops["operator"] == spec.name]
+            if spec.is_source and spec.service_time_ms is None:
+                continue
+            self.operators_[spec.name] = _fit_operator(spec, rows, cfg)
+
+        self.edges_: dict[tuple[str, str], EdgeFit] = {}
+        for spec in topology.edges:
+            self.edges_[(spec.source, spec.target)] = _fit_edge(spec, ops, edges, topology, cfg)
+
+        draft = self._assemble(topology, network_delay_ms=0.0)
+        self.network_delay_ms_ = _fit_network_delay(draft, ops, cfg)
+        trusts = [f.service_time_ms.trust for f in self.operators_.values()] + \
+                 [f.selectivity.trust for f in self.edges_.values()]
+        self.trust_ = float(min(trusts)) if trusts else 0.0
+        self.model_ = self._assemble(topology, self.network_delay_ms_.value if self.network_delay_ms_ else
+                                     topology.network_delay_ms, with_section=True)
+        return self
+
+    def _assemble(self, topology: JobModel, network_delay_ms: float, with_section: bool = False) -> JobModel:
+        operators = []
+        for spec in topology.operators:
+            fit = self.operators_.get(spec.name)
+            if fit is None:
+                operators.append(spec)
+                continue
+            operators.append(replace(
+                spec, service_time_ms=fit.service_time_ms.value, service_scv=fit.service_scv.value,
+                scaling=fit.scaling, parallelism=min(max(fit.parallelism, spec.min_parallelism), spec.max_parallelism),
+            ))
+        edges = []
+        for spec in topology.edges:
+            fit = self.edges_[(spec.source, spec.target)]
+            edges.append(replace(spec, selectivity=fit.selectivity.value, grouping=fit.grouping,
+                                 keys=fit.keys if fit.grouping == "key" else None))
+        section = self.calibration_section(network_delay_ms) if with_section else topology.calibration
+        return replace(topology, operators=tuple(operators), edges=tuple(edges),
+                       network_delay_ms=network_delay_ms, calibration=section, source_file=None)
+
+    def calibration_section(self, network_delay_ms: float | None = None) -> dict[str, Any]:
+        """The ``calibration:`` section of the model file: what was fitted and how well."""
+        ops = {}
+        for name, fit in self.operators_.items():
+            ops[name] = {
+                "service_time_ms": fit.service_time_ms.to_dict(),
+                "service_scv": fit.service_scv.to_dict(),
+                "scaling": fit.scaling.form if fit.scaling.form != "contention" else
+                {"form": "contention", "overhead": fit.scaling.overhead},
+                "parallelisms_seen": list(fit.parallelisms_seen),
+            }
+        edges = {}
+        for (u, v), fit in self.edges_.items():
+            entry: dict[str, Any] = {"selectivity": fit.selectivity.to_dict(), "grouping": fit.grouping}
+            if fit.keys is not None:
+                entry["keys"] = {"distribution": fit.keys.distribution, "exponent": fit.keys.exponent,
+                                 "count": fit.keys.count, "hot_share_error": fit.hot_share_error}
+            edges[f"{u}->{v}"] = entry
+        section: dict[str, Any] = {"trust": getattr(self, "trust_", None), "operators": ops, "edges": edges}
+        delay = getattr(self, "network_delay_ms_", None)
+        if delay is not None:
+            section["network_delay_ms"] = delay.to_dict()
+        return section
+
+
+# ------------------------------------------------------------------ per parameter
+
+
+def _require_columns(frame: pd.DataFrame, columns: tuple[str, ...], table: str) -> pd.DataFrame:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise CalibrationError(f"table lacks column(s) {', '.join(missing)}", file=table, field=missing[0])
+    return frame
+
+
+def _job_name(ops: pd.DataFrame) -> str:
+    if "job" in ops.columns and len(ops):
+        return str(ops["job"].iloc[0])
+    return "job"
+
+
+def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig) -> OperatorFit:
+    if rows.empty:
+        raise CalibrationError("no metric windows for this operator in the history",
+                               field="operator", value=spec.name)
+    busy = rows["busy_fraction_mean"].to_numpy(float)
+    usable = rows[(busy >= cfg.min_busy_fraction) & (rows["processed_rate"] > 0)
+                  & np.isfinite(rows["service_time_ms"].to_numpy(float))]
+    if len(usable) < cfg.min_windows:
+        raise CalibrationError(
+            f"never loaded above {cfg.min_busy_fraction:.0%} busy in enough windows "
+            f"({len(usable)} of {len(rows)} windows qualify, max busy {np.nanmax(busy):.1%}; need "
+            f"{cfg.min_windows}): record history at higher load to measure its service time",
+            field="operator", value=spec.name)
+    service = usable["service_time_ms"].to_numpy(float)
+    p = usable["parallelism"].to_numpy(float)
+    tuples = usable["processed_rate"].to_numpy(float)  # weights: tuples/s over equal windows
+    seen = tuple(sorted({int(x) for x in p}))
+
+    constant = _weighted_ratio_fit(service * tuples, tuples, service, cfg.folds)
+    scaling = ScalingSpec()
+    service_fit = constant
+    if len(seen) >= 2:
+        contention = _fit_contention(service, p, tuples, cfg.folds)
+        if contention is not None and contention[1].holdout_error < constant.holdout_error:
+            overhead, service_fit = contention
+            scaling = ScalingSpec(form="contention", overhead=overhead)
+
+    scv = _fit_scv(usable, cfg)
+    latest = int(rows.sort_values("window_start")["parallelism"].iloc[-1])
+    return OperatorFit(service_time_ms=service_fit, service_scv=scv, scaling=scaling,
+                       parallelism=latest, parallelisms_seen=seen)
+
+
+def _fit_contention(service: np.ndarray, p: np.ndarray, weight: np.ndarray, folds: int):
+    """E[S](p) = s1 (1 + c (p-1)): Huber regression of service time on p-1; None if not positive."""
+    from sklearn.linear_model import HuberRegressor
+
+    X = (p - 1.0)[:, None]
+    def fit(idx):
+        scale = max(float(np.median(service[idx])), 1e-12)
+        model = HuberRegressor(epsilon=1.5, alpha=0.0).fit(X[idx], service[idx] / scale,
+                                                           sample_weight=weight[idx])
+        return model.intercept_ * scale, model.coef_[0] * scale
+    intercept, slope = fit(np.arange(len(service)))
+    if intercept <= 0 or slope <= 0:
+        return None
+    n = len(service)
+    k = min(folds, n)
+    errors = []
+    fold_of = np.arange(n) % k
+    for f in range(k):
+        train, test = np.flatnonzero(fold_of != f), np.flatnonzero(fold_of == f)
+        if len(set(p[train])) < 2:
+            continue
+        a, b = fit(train)
+        pred = a + b * (p[test] - 1.0)
+        errors.extend(np.abs(service[test] - pred) / np.maximum(service[test], 1e-12))
+    holdout = float(np.median(errors)) if errors else float("inf")
+    fitted = ParameterFit(value=float(intercept), samples=n, spread=_spread(service), holdout_error=holdout)
+    return float(slope / intercept), fitted
+
+
+def _fit_scv(usable: pd.DataFrame, cfg: CalibrationConfig) -> ParameterFit:
+    if "queue_len_mean" not in usable.columns:
+        return ParameterFit(1.0, 0, 0.0, float("nan"), source="assumed")
+    rho = usable["busy_fraction_mean"].to_numpy(float)
+    lq = usable["queue_len_mean"].to_numpy(float)
+    bp = usable["backpressure_fraction"].to_numpy(float) if "backpressure_fraction" in usable else np.zeros(len(rho))
+    lo, hi = cfg.scv_utilization_range
+    ok = (rho >= lo) & (rho <= hi) & np.isfinite(lq) & (np.nan_to_num(bp) <= cfg.max_backpressure_fraction)
+    if ok.sum() < cfg.min_windows:
+        return ParameterFit(1.0, int(ok.sum()), 0.0, float("nan"), source="assumed")
+    values = np.clip(2.0 * (1.0 - rho[ok]) * lq[ok] / rho[ok] ** 2 - 1.0, 0.0, 20.0)
+    fit = _weighted_ratio_fit(values, np.ones_like(values), values, cfg.folds)
+    return replace(fit, value=float(np.median(values)))
+
+
+def _fit_edge(spec: EdgeSpec, ops: pd.DataFrame, edges: pd.DataFrame, topology: JobModel,
+              cfg: CalibrationConfig) -> EdgeFit:
+    rows = edges[(edges["source_op"] == spec.source) & (edges["target_op"] == spec.target)]
+    rows = rows[np.isfinite(rows["selectivity"].to_numpy(float))]
+    if len(rows) < cfg.min_windows:
+        raise CalibrationError(f"edge has {len(rows)} windows with traffic (need {cfg.min_windows})",
+                               field="edge", value=f"{spec.source}->{spec.target}")
+    upstream = ops[ops["operator"] == spec.source].set_index("window_start")["processed_rate"]
+    processed = upstream.reindex(rows["window_start"]).to_numpy(float)
+    rate = rows["rate"].to_numpy(float)
+    ok = np.isfinite(processed) & (processed > 0)
+    if ok.sum() >= cfg.min_windows:
+        selectivity = _weighted_ratio_fit(rate[ok], processed[ok], rate[ok] / processed[ok], cfg.folds)
+    else:
+        sel = rows["selectivity"].to_numpy(float)
+        selectivity = _weighted_ratio_fit(sel * rate, rate, sel, cfg.folds)
+
+    grouping, keys, error = spec.grouping, spec.keys, None
+    target = topology.operator(spec.target)
+    observed = _hot_shares(ops, spec.target)
+    if grouping == "key" or (grouping == "shuffle" and spec.keys is None and _looks_skewed(observed, cfg)):
+        if observed:
+            keys, error = fit_key_distribution(observed, target.max_parallelism)
+            grouping = "key"
+    return EdgeFit(selectivity=selectivity, grouping=grouping, keys=keys, hot_share_error=error)
+
+
+def _hot_shares(ops: pd.DataFrame, operator: str) -> dict[int, float]:
+    if "max_instance_share" not in ops.columns:
+        return {}
+    rows = ops[(ops["operator"] == operator) & np.isfinite(ops["max_instance_share"].to_numpy(float))
+               & (ops["processed_rate"] > 0)]
+    if rows.empty:
+        return {}
+    # Weight by tuples: a window with few tuples has a noisy hottest share.
+    grouped = rows.groupby("parallelism").apply(
+        lambda g: np.average(g["max_instance_share"], weights=g["processed_rate"]), include_groups=False)
+    return {int(p): float(s) for p, s in grouped.items()}
+
+
+def _looks_skewed(observed: Mapping[int, float], cfg: CalibrationConfig) -> bool:
+    return any(p > 1 and share > cfg.skew_threshold / p for p, share in observed.items())
+
+
+def fit_key_distribution(observed: Mapping[int, float], max_parallelism: int) -> tuple[KeySpec, float]:
+    """The Zipf key distribution whose hottest-instance share (through Flink's key groups)
+    best matches ``observed`` ({parallelism: hottest share}). Returns (KeySpec, mean abs error)."""
+    ps = sorted(p for p in observed if 1 <= p <= max_parallelism)
+    target = np.array([observed[p] for p in ps])
+    best: tuple[float, KeySpec] | None = None
+    for count in _ZIPF_COUNTS:
+        for exponent in _ZIPF_EXPONENTS:
+            spec = KeySpec(distribution="zipf", exponent=float(exponent), count=count)
+            g = key_group_weights(spec, max_parallelism)
+            model = np.array([instance_shares(g, p).max() for p in ps])
+            err = float(np.mean(np.abs(model - target)))
+            if best is None or err < best[0] - 1e-12:
+                best = (err, spec)
+    assert best is not None
+    return best[1], best[0]
+
+
+def _fit_network_delay(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig) -> ParameterFit | None:
+    """Median per-hop excess of measured end-to-end latency over the delay-free prediction."""
+    from modeler.queueing import compile_model, predict_batch
+
+    if "latency_ms_mean" not in ops.columns:
+        return None
+    lat = ops[np.isfinite(ops["latency_ms_mean"].to_numpy(float))]
+    if lat.empty:
+        return None
+    sinks = {e.target for e in model.edges} - {e.source for e in model.edges}
+    lat = lat[lat["operator"].isin(sinks)]
+    sources = {op.name for op in model.sources}
+    src = ops[ops["operator"].isin(sources)].groupby("window_start")["processed_rate"].sum()
+    config = ops.pivot_table(index="window_start", columns="operator", values="parallelism", aggfunc="last")
+    windows = sorted(set(lat["window_start"]) & set(src.index) & set(config.index))
+    if len(windows) < cfg.min_windows:
+        return None
+    compiled = compile_model(model)
+    names = compiled.names
+    base = np.array([model.config[n] for n in names])
+    P = np.tile(base, (len(windows), 1))
+    for j, name in enumerate(names):
+        if name in config.columns:
+            col = config.loc[windows, name].to_numpy(float)
+            P[:, j] = np.where(np.isfinite(col), col, base[j]).astype(int)
+    P = np.clip(P, compiled.min_p, compiled.max_p)
+    rates = src.loc[windows].to_numpy(float)
+    free = predict_batch(compiled, P, rates)
+    with_delay = predict_batch(compile_model(replace(model, network_delay_ms=1.0)), P, rates)
+    hops = with_delay.latency_mean_ms - free.latency_mean_ms
+    measured = lat.groupby("window_start")["latency_ms_mean"].mean().loc[windows].to_numpy(float)
+    ok = np.isfinite(free.latency_mean_ms) & (free.max_utilization.max(axis=1) < 0.8) & (hops > 0)
+    if ok.sum() < cfg.min_windows:
+        return None
+    per_hop = (measured[ok] - free.latency_mean_ms[ok]) / hops[ok]
+    value = max(0.0, float(np.median(per_hop)))
+    return ParameterFit(value=value, samples=int(ok.sum()), spread=_spread(per_hop),
+                        holdout_error=float(np.median(np.abs(per_hop - value)) / max(value, 1e-9)))
+
+
+# ---------------------------------------------------------------------- topology
+
+
+def infer_topology(ops: pd.DataFrame, edges: pd.DataFrame, job: str = "job",
+                   config: CalibrationConfig | None = None) -> JobModel:
+    """A topology (model without profiles) from the operators and edges seen in history.
+
+    Sources: operators flagged ``is_source`` or, without that column, those with no incoming edge.
+    Groupings start as shuffle; calibration turns an edge into key grouping when its target's
+    input is skewed. Parallelism: the latest window's.
+    """
+    cfg = config or CalibrationConfig()
+    names = list(dict.fromkeys(ops["operator"].tolist()))
+    pairs = list(dict.fromkeys(zip(edges["source_op"], edges["target_op"])))
+    targets = {v for _, v in pairs}
+    if "is_source" in ops.columns:
+        sources = set(ops.loc[ops["is_source"].astype(bool), "operator"])
+    else:
+        sources = {n for n in names if n not in targets}
+    latest = ops.sort_values("window_start").groupby("operator")["parallelism"].last()
+    graph = nx.DiGraph(pairs)
+    graph.add_nodes_from(names)
+    if not nx.is_directed_acyclic_graph(graph):
+        raise CalibrationError("edges in the history form a cycle", file="edge_windows", field="edges",
+                               value=" -> ".join(u for u, _ in nx.find_cycle(graph)))
+    order = list(nx.lexicographical_topological_sort(graph))
+    operators = tuple(
+        OperatorSpec(name=n, role="source" if n in sources else "operator",
+                     parallelism=int(latest.get(n, 1)), max_parallelism=max(cfg.default_max_parallelism,
+                                                                             int(latest.get(n, 1))))
+        for n in order)
+    return JobModel(job=job, operators=operators,
+                    edges=tuple(EdgeSpec(source=u, target=v) for u, v in pairs))
+
+
+def calibrate(operator_windows: pd.DataFrame, edge_windows: pd.DataFrame, topology: JobModel | None = None,
+              config: CalibrationConfig | None = None, job: str | None = None) -> JobModel:
+    """Convenience: fit and return the calibrated model."""
+    return Calibrator(config).fit(operator_windows, edge_windows, topology, job=job).model_

@@ -1,0 +1,176 @@
+"""Calibration on small synthetic frames with hand-derived values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from modeler.calibrate import CalibrationConfig, Calibrator, calibrate, fit_key_distribution, infer_topology
+from modeler.errors import CalibrationError
+from modeler.keys import instance_shares, key_group_weights
+from modeler.modelfile import KeySpec, parse_model
+from modeler.queueing import predict
+
+T0 = pd.Timestamp("2026-01-01", tz="UTC")
+
+
+def _op_rows(op, rows, is_source=False):
+    out = []
+    for i, r in enumerate(rows):
+        base = {"window_start": T0 + pd.Timedelta(seconds=10 * i), "window_s": 10.0, "job": "j",
+                "operator": op, "is_source": is_source, "queue_len_mean": np.nan,
+                "backpressure_fraction": 0.0, "max_instance_share": np.nan, "latency_ms_mean": np.nan}
+        base.update(r)
+        out.append(base)
+    return out
+
+
+def _frames(op_rows, edge_rows):
+    return pd.DataFrame(op_rows), pd.DataFrame(edge_rows)
+
+
+def _chain_history(service_rows, selectivity=2.0, n=None):
+    """src -> a -> b with given rows for 'a'; 'b' well-loaded at 0.5 ms."""
+    n = n or len(service_rows)
+    ops = _op_rows("src", [{"parallelism": 1, "processed_rate": 1000.0, "busy_fraction_mean": 0.0,
+                            "service_time_ms": np.nan}] * n, is_source=True)
+    ops += _op_rows("a", service_rows)
+    ops += _op_rows("b", [{"parallelism": 2, "processed_rate": 1000.0 * selectivity,
+                           "busy_fraction_mean": 0.5, "service_time_ms": 0.5}] * n)
+    edges = []
+    for i in range(n):
+        ts = T0 + pd.Timedelta(seconds=10 * i)
+        edges.append({"window_start": ts, "source_op": "src", "target_op": "a", "rate": 1000.0, "selectivity": 1.0})
+        edges.append({"window_start": ts, "source_op": "a", "target_op": "b", "rate": 1000.0 * selectivity,
+                      "selectivity": selectivity})
+    return _frames(ops, edges)
+
+
+def test_estimator_contract():
+    cal = Calibrator()
+    assert cal.get_params() == {"config": None} and not hasattr(cal, "model_")
+    ops, edges = _chain_history([{"parallelism": 2, "processed_rate": 1000.0, "busy_fraction_mean": 0.5,
+                                  "service_time_ms": 1.0}] * 4)
+    assert cal.fit(ops, edges) is cal
+    assert hasattr(cal, "model_") and hasattr(cal, "trust_")
+
+
+def test_service_time_is_tuple_weighted_and_ignores_idle_windows():
+    rows = [
+        {"parallelism": 2, "processed_rate": 100.0, "busy_fraction_mean": 0.3, "service_time_ms": 1.0},
+        {"parallelism": 2, "processed_rate": 100.0, "busy_fraction_mean": 0.3, "service_time_ms": 1.2},
+        {"parallelism": 2, "processed_rate": 200.0, "busy_fraction_mean": 0.5, "service_time_ms": 0.8},
+        {"parallelism": 2, "processed_rate": 10.0, "busy_fraction_mean": 0.05, "service_time_ms": 5.0},
+    ]
+    ops, edges = _chain_history(rows)
+    cal = Calibrator().fit(ops, edges)
+    # (100*1.0 + 100*1.2 + 200*0.8) / 400 = 0.95; the 5 %-busy window does not count.
+    assert cal.operators_["a"].service_time_ms.value == pytest.approx(0.95)
+    assert cal.operators_["a"].service_time_ms.samples == 3
+    assert cal.model_.operator("a").service_time_ms == pytest.approx(0.95)
+
+
+def test_selectivity_is_edge_tuples_over_upstream_tuples():
+    rows = [{"parallelism": 1, "processed_rate": 1000.0, "busy_fraction_mean": 0.5, "service_time_ms": 0.5}] * 5
+    ops, edges = _chain_history(rows, selectivity=7.0)
+    model = calibrate(ops, edges)
+    assert next(e for e in model.edges if e.source == "a").selectivity == pytest.approx(7.0)
+
+
+def test_not_enough_load_names_the_operator():
+    rows = [{"parallelism": 1, "processed_rate": 10.0, "busy_fraction_mean": 0.02, "service_time_ms": 2.0}] * 6
+    ops, edges = _chain_history(rows)
+    with pytest.raises(CalibrationError) as err:
+        Calibrator().fit(ops, edges)
+    message = str(err.value)
+    assert "'a'" in message and "10%" in message and "busy" in message
+
+
+def test_missing_column_is_named():
+    ops, edges = _chain_history([{"parallelism": 1, "processed_rate": 1.0, "busy_fraction_mean": 0.5,
+                                  "service_time_ms": 1.0}] * 3)
+    with pytest.raises(CalibrationError, match="service_time_ms"):
+        Calibrator().fit(ops.drop(columns=["service_time_ms"]), edges)
+
+
+def test_sublinear_scaling_is_fitted_as_contention():
+    rng = np.random.default_rng(3)
+    rows = []
+    for p in (1, 2, 4, 8):
+        for _ in range(6):
+            rows.append({"parallelism": p, "processed_rate": 500.0 * p, "busy_fraction_mean": 0.5,
+                         "service_time_ms": 1.0 * (1 + 0.1 * (p - 1)) * rng.normal(1, 0.01)})
+    ops, edges = _chain_history(rows)
+    fit = Calibrator().fit(ops, edges).operators_["a"]
+    assert fit.scaling.form == "contention"
+    assert fit.scaling.overhead == pytest.approx(0.1, rel=0.1)
+    assert fit.service_time_ms.value == pytest.approx(1.0, rel=0.03)
+    assert fit.parallelisms_seen == (1, 2, 4, 8)
+
+
+def test_constant_service_time_stays_linear():
+    rows = [{"parallelism": p, "processed_rate": 500.0 * p, "busy_fraction_mean": 0.5,
+             "service_time_ms": 1.0 + 0.01 * ((i % 3) - 1)} for p in (1, 4) for i in range(6)]
+    ops, edges = _chain_history(rows)
+    assert Calibrator().fit(ops, edges).operators_["a"].scaling.form == "linear"
+
+
+def test_scv_from_queue_lengths_inverts_pollaczek_khinchine():
+    scv = 0.5
+    rows = []
+    for rho in (0.4, 0.5, 0.6, 0.7, 0.8):
+        lq = rho**2 * (1 + scv) / (2 * (1 - rho))  # M/G/1 mean queue length
+        rows.append({"parallelism": 1, "processed_rate": rho * 1000, "busy_fraction_mean": rho,
+                     "service_time_ms": 1.0, "queue_len_mean": lq})
+    ops, edges = _chain_history(rows)
+    fit = Calibrator().fit(ops, edges).operators_["a"].service_scv
+    assert fit.value == pytest.approx(scv) and fit.source == "measured"
+
+
+def test_key_distribution_is_recovered_through_key_groups():
+    truth = KeySpec(distribution="zipf", exponent=1.0, count=1000)
+    g = key_group_weights(truth, 128)
+    observed = {p: instance_shares(g, p).max() for p in (2, 4)}
+    spec, error = fit_key_distribution(observed, 128)
+    assert error < 0.01
+    fitted = key_group_weights(spec, 128)
+    for p in (3, 6, 8):  # parallelisms never observed
+        assert instance_shares(fitted, p).max() == pytest.approx(instance_shares(g, p).max(), abs=0.03)
+
+
+def test_skew_turns_an_edge_into_key_grouping_when_inferring_topology():
+    truth = KeySpec(distribution="zipf", exponent=1.2, count=100)
+    hot = instance_shares(key_group_weights(truth, 128), 2).max()
+    rows = [{"parallelism": 2, "processed_rate": 1000.0, "busy_fraction_mean": 0.5, "service_time_ms": 1.0,
+             "max_instance_share": 0.5}] * 4
+    ops, edges = _chain_history(rows)
+    ops.loc[ops["operator"] == "b", "max_instance_share"] = hot
+    model = calibrate(ops, edges)
+    edge = next(e for e in model.edges if e.target == "b")
+    assert edge.grouping == "key" and edge.keys is not None
+    assert next(e for e in model.edges if e.target == "a").grouping == "shuffle"
+
+
+def test_infer_topology_and_calibrated_model_predicts():
+    rows = [{"parallelism": 2, "processed_rate": 1000.0, "busy_fraction_mean": 0.5, "service_time_ms": 1.0}] * 4
+    ops, edges = _chain_history(rows)
+    topo = infer_topology(ops, edges, job="j")
+    assert [op.name for op in topo.sources] == ["src"]
+    assert {(e.source, e.target) for e in topo.edges} == {("src", "a"), ("a", "b")}
+    model = calibrate(ops, edges)
+    # a: 2 instances at 1 ms -> 2000/s; b: 2 instances at 0.5 ms with selectivity 2 -> 2000/s input.
+    assert predict(model, None, 100).max_rate == pytest.approx(2000.0)
+    assert model.calibration["trust"] is not None and "a" in model.calibration["operators"]
+
+
+def test_topology_file_grouping_is_kept():
+    topo = parse_model({"augury": 1, "job": "j", "operators": [
+        {"name": "src", "role": "source"}, {"name": "a", "parallelism": 2},
+        {"name": "b", "parallelism": 2}],
+        "edges": [{"from": "src", "to": "a"}, {"from": "a", "to": "b", "grouping": "broadcast"}]},
+        require_profiles=False)
+    rows = [{"parallelism": 2, "processed_rate": 1000.0, "busy_fraction_mean": 0.5, "service_time_ms": 1.0}] * 4
+    ops, edges = _chain_history(rows)
+    model = calibrate(ops, edges, topology=topo)
+    assert next(e for e in model.edges if e.target == "b").grouping == "broadcast"
