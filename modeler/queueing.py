@@ -21,7 +21,9 @@ What is modelled (``../shared/DESIGN.md`` section 2), and the assumptions:
    ``Wq = g * rho/(1-rho) * (ca2 + cs2)/2 * E[S]``; it is exact for M/M/1 and M/G/1
    (Pollaczek-Khinchine) and the KLB factor ``g`` corrects the smooth (round-robin, ca2 < 1)
    arrivals engines produce. Arrival variability is propagated as in Whitt's QNA: departures
-   ``cd2 = rho^2 cs2 + (1-rho^2) ca2``; selectivity emits a clump of B tuples per processed tuple
+   ``cd2 = rho^2 cs2 + (1-rho^2) ca2`` applied to the operator's whole stream (its instances'
+   outputs merge again downstream, and re-merged round-robin substreams are the original stream);
+   selectivity emits a clump of B tuples per processed tuple
    (B = floor(s) or floor(s)+1, mean s; Bernoulli thinning when s < 1), which raises the tuple
    stream's index of dispersion ``I = cd2*s + Var(B)/s`` and adds the in-clump wait
    ``E[S] (m-1)/2`` with ``m = E[B^2]/E[B]`` (the exact M^X/G/1 term); key splitting is random
@@ -385,7 +387,12 @@ def predict_batch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.nda
     max_util = np.where(has_capacity, processed * hot_share * ES, 0.0)
 
     # 2. Latency (only meaningful below saturation; computed everywhere, masked at the end).
-    disp_out = np.ones((n, V))   # index of dispersion of each operator's departures (before emission)
+    # Variability travels at the level of the operator's whole stream: the instances' outputs
+    # merge again downstream, and merging round-robin substreams of one stream gives the stream
+    # back (a Poisson stream split over 2 instances and merged is Poisson, not Erlang-2). The
+    # split only shapes each instance's own arrivals (its waiting time).
+    stream_out = np.ones((n, V))  # dispersion of the operator's departure stream (before emission)
+    inst_out: list[np.ndarray] = []  # per-instance departure dispersion (for forward edges)
     sojourn1 = np.zeros((n, V))  # per-operator sojourn mean (s)
     sojourn2 = np.zeros((n, V))  # and second moment
     for v in range(V):
@@ -394,18 +401,24 @@ def predict_batch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.nda
         es = ES[:, v][:, None]
         rho = lam_inst * es
         if not compiled.in_edges[v]:
+            # External input is split over the source's partitions at random (by key hash).
             frac = 1.0 / Pf[:, v]
             ca2 = (frac * compiled.arrival_scv[v] + 1.0 - frac)[:, None] * np.ones_like(cls.share)
             clump = np.ones_like(cls.share)
+            stream_in = np.full(n, compiled.arrival_scv[v])
         else:
             parts = []
+            stream_num = np.zeros(n)
+            stream_den = np.zeros(n)
             for e in compiled.in_edges[v]:
                 s = e.selectivity
                 if s <= 0:
                     continue
-                disp_e = disp_out[:, e.u] * s + e.batch_var / s        # tuple stream of the edge
+                disp_e = stream_out[:, e.u] * s + e.batch_var / s      # tuple stream of the edge
                 clump_e = np.full(n, s + e.batch_var / s) if s >= 1 else np.ones(n)
                 rate_e = edge_flow[(e.u, v)] * throughput               # into the whole operator
+                stream_num += rate_e * disp_e
+                stream_den += rate_e
                 pu = Pf[:, e.u]
                 pv = Pf[:, v]
                 if e.grouping == "shuffle":
@@ -424,7 +437,8 @@ def predict_batch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.nda
                     d, m = disp_e[:, None], clump_e[:, None]
                 else:  # forward: instance i of v is fed by instance i of u only
                     r = rate_e[:, None] * (classes[e.u].share if classes[e.u].width == cls.width else cls.share)
-                    d, m = disp_e[:, None], clump_e[:, None]
+                    u_out = inst_out[e.u] if inst_out[e.u].shape[1] == cls.width else inst_out[e.u].mean(axis=1, keepdims=True)
+                    d, m = u_out * s + e.batch_var / s, clump_e[:, None]
                 if cls.width > 1:
                     r, d, m = (np.broadcast_to(x, cls.share.shape) for x in (r, d, m))
                 parts.append((r, d, m))
@@ -432,6 +446,7 @@ def predict_batch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.nda
                 ca2, clump = _superpose(parts)
             else:
                 ca2, clump = np.ones_like(cls.share), np.ones_like(cls.share)
+            stream_in = np.where(stream_den > 0, stream_num / np.where(stream_den > 0, stream_den, 1.0), 1.0)
         if has_capacity[v]:
             cs2 = compiled.scv[v]
             wq, w2 = _waiting(rho, ca2, cs2, es, clump)
@@ -447,7 +462,16 @@ def predict_batch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.nda
         weight = cls.share * cls.count  # fraction of the operator's tuples per class
         sojourn1[:, v] = (weight * t1).sum(axis=1)
         sojourn2[:, v] = (weight * t2).sum(axis=1)
-        disp_out[:, v] = (weight * cd2).sum(axis=1)
+        inst_out.append(cd2)
+        if has_capacity[v]:
+            # Whitt's departure approximation for the whole stream (flow-weighted utilization),
+            # only where service makes the stream *more* variable. Smoothing by low-variability
+            # service is ignored (conservative): it shrinks as instances are added, which would
+            # make downstream latency rise with parallelism and break the planner's monotonicity.
+            rho_op = (weight * rho).sum(axis=1)
+            stream_out[:, v] = np.maximum(stream_in, rho_op**2 * compiled.scv[v] + (1.0 - rho_op**2) * stream_in)
+        else:
+            stream_out[:, v] = stream_in
 
     # 3. End to end: flow-weighted mixture over source->sink paths, by DP in topological order.
     hop = compiled.model.network_delay_ms / 1000.0

@@ -1,0 +1,271 @@
+"""The queueing model against closed forms, against Ciw, and its invariants (Hypothesis)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from modeler.keys import instance_shares, key_group_weights
+from modeler.modelfile import load_model, parse_model
+from modeler.queueing import compile_model, predict, predict_batch
+from tests.conftest import EXAMPLES
+
+
+def _model(operators, edges, **top):
+    return parse_model({"augury": 1, "job": "t", "operators": operators, "edges": edges, **top})
+
+
+def _single(service_ms=2.0, scv=1.0, p=1):
+    return _model(
+        [{"name": "src", "role": "source"},
+         {"name": "q", "parallelism": p, "service_time_ms": service_ms, "service_scv": scv}],
+        [{"from": "src", "to": "q"}],
+    )
+
+
+# ------------------------------------------------------------------ closed forms
+
+
+@pytest.mark.parametrize("rho", [0.1, 0.5, 0.9])
+def test_mm1_sojourn_and_percentiles_exact(rho):
+    es = 2.0  # ms
+    rate = rho / es * 1000.0
+    p = predict(_single(es), None, rate)
+    mean = es / (1 - rho)  # M/M/1 sojourn: exponential with mean E[S]/(1-rho)
+    assert p.latency_ms["mean"] == pytest.approx(mean, rel=1e-9)
+    assert p.latency_ms["p95"] == pytest.approx(-mean * math.log(0.05), rel=1e-6)
+    assert p.latency_ms["p99"] == pytest.approx(-mean * math.log(0.01), rel=1e-6)
+    assert p.operators["q"].utilization == pytest.approx(rho)
+
+
+@pytest.mark.parametrize("scv", [0.0, 0.25, 4.0])
+@pytest.mark.parametrize("rho", [0.3, 0.8])
+def test_mg1_pollaczek_khinchine_exact(scv, rho):
+    es = 1.5
+    rate = rho / es * 1000.0
+    p = predict(_single(es, scv), None, rate)
+    wq = rho / (1 - rho) * (1 + scv) / 2 * es  # P-K mean wait
+    assert p.latency_ms["mean"] == pytest.approx(wq + es, rel=1e-9)
+
+
+def test_jackson_tandem_product_form():
+    # Poisson input, exponential single-server stations in tandem: sum of E[S_i]/(1-rho_i).
+    services = [1.0, 0.5, 2.5, 0.8]
+    ops = [{"name": "src", "role": "source"}] + [
+        {"name": f"s{i}", "service_time_ms": s} for i, s in enumerate(services)]
+    edges = [{"from": "src", "to": "s0"}] + [{"from": f"s{i}", "to": f"s{i+1}"} for i in range(len(services) - 1)]
+    model = _model(ops, edges)
+    rate = 300.0
+    expected = sum(s / (1 - rate * s / 1000) for s in services)
+    assert predict(model, None, rate).latency_ms["mean"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_network_delay_adds_per_hop():
+    base = _single(2.0)
+    delayed = _model([{"name": "src", "role": "source"}, {"name": "q", "service_time_ms": 2.0}],
+                     [{"from": "src", "to": "q"}], network_delay_ms=0.7)
+    assert predict(delayed, None, 100).latency_ms["mean"] == pytest.approx(
+        predict(base, None, 100).latency_ms["mean"] + 0.7)
+
+
+def test_saturation_caps_throughput_and_marks_upstream_backpressured():
+    model = load_model(EXAMPLES / "wordcount.yaml")
+    below = predict(model, None, 100)
+    p = predict(model, None, below.max_rate * 2)
+    assert p.saturated and p.throughput == pytest.approx(below.max_rate)
+    assert p.bottleneck == "count"
+    assert p.latency_ms == {"mean": None, "p95": None, "p99": None}
+    assert p.operators["split"].backpressured and p.operators["source"].backpressured
+    assert not p.operators["count"].backpressured and p.operators["count"].bottleneck
+    assert p.operators["count"].max_utilization == pytest.approx(1.0)
+
+
+def test_key_grouping_uses_flink_key_groups():
+    model = load_model(EXAMPLES / "wordcount.yaml")
+    edge = model.edges[1]
+    for p in (1, 2, 3, 5, 8):
+        shares = instance_shares(key_group_weights(edge.keys, 128), p)
+        pred = predict(model, {"count": p}, 100.0)
+        assert pred.operators["count"].hot_share == pytest.approx(shares.max())
+        # max_rate = mu / (visit ratio * hottest share)
+        assert pred.max_rate == pytest.approx(
+            min(1000 / 0.2 / (7 * shares.max()), 2 * 1000 / 0.5), rel=1e-9)
+
+
+def test_contention_scaling_slows_instances():
+    model = load_model(EXAMPLES / "pipeline.yaml")
+    p3 = predict(model, {"score": 3}, 100).operators["score"]
+    p9 = predict(model, {"score": 9}, 100).operators["score"]
+    # utilization per instance = lambda/p * E[S] * (1 + 0.01 (p-1))
+    assert p9.utilization / p3.utilization == pytest.approx((3 / 9) * (1.08 / 1.02))
+
+
+def test_batch_equals_scalar():
+    model = load_model(EXAMPLES / "pipeline.yaml")
+    compiled = compile_model(model)
+    rng = np.random.default_rng(0)
+    configs = [{n: int(rng.integers(1, 6)) for n in ("decode", "dedup", "sessionize", "score")} for _ in range(20)]
+    rates = rng.uniform(100, 5000, size=20)
+    batch = predict_batch(compiled, compiled.config_array(configs), rates)
+    for i, (config, rate) in enumerate(zip(configs, rates)):
+        single = predict(model, config, rate)
+        assert single.max_rate == pytest.approx(batch.max_rate[i])
+        if not single.saturated:
+            assert single.latency_ms["p99"] == pytest.approx(batch.latency_p99_ms[i])
+
+
+# --------------------------------------------------------------------- vs Ciw
+
+CHAIN = ([{"name": "src", "role": "source"},
+          {"name": "a", "service_time_ms": 1.0},
+          {"name": "b", "parallelism": 2, "service_time_ms": 1.6},
+          {"name": "c", "service_time_ms": 0.5}],
+         [{"from": "src", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"}])
+DIAMOND = ([{"name": "src", "role": "source"},
+            {"name": "parse", "parallelism": 2, "service_time_ms": 1.0},
+            {"name": "enrich", "parallelism": 2, "service_time_ms": 2.0},
+            {"name": "filter", "service_time_ms": 1.2},
+            {"name": "merge", "service_time_ms": 0.4}],
+           [{"from": "src", "to": "parse"},
+            {"from": "parse", "to": "enrich", "selectivity": 0.6},
+            {"from": "parse", "to": "filter", "selectivity": 0.4},
+            {"from": "enrich", "to": "merge"}, {"from": "filter", "to": "merge", "selectivity": 0.5}])
+SKEWED = ([{"name": "src", "role": "source"},
+           {"name": "a", "parallelism": 2, "service_time_ms": 0.5},
+           {"name": "agg", "parallelism": 4, "service_time_ms": 1.5, "max_parallelism": 32},
+           {"name": "out", "service_time_ms": 0.3}],
+          [{"from": "src", "to": "a"},
+           {"from": "a", "to": "agg", "grouping": "key",
+            "keys": {"distribution": "zipf", "exponent": 0.8, "count": 50}},
+           {"from": "agg", "to": "out"}])
+TOPOLOGIES = {"chain": CHAIN, "diamond": DIAMOND, "skewed": SKEWED}
+
+
+def _with_scv(spec, scv):
+    ops, edges = spec
+    ops = [dict(op, service_scv=scv) if "service_time_ms" in op else op for op in ops]
+    return _model(ops, edges)
+
+
+# Tolerances (from the issue): mean end-to-end latency within 10 % for exponential service and
+# within 20 % for service SCV 0.25 and 4; utilization within 2 % of the prediction plus the
+# simulation's own sampling error (3 standard errors of a count of n served tuples: util/sqrt(n)),
+# since a finite run's arrival and routing counts scatter by that much around their means.
+# `rho` is the utilization of the bottleneck's hottest instance.
+@pytest.mark.slow
+@pytest.mark.parametrize("scv,tolerance", [(1.0, 0.10), (0.25, 0.20), (4.0, 0.20)])
+@pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
+def test_matches_ciw(topology, scv, tolerance):
+    from tests.modeler.ciw_network import simulate
+
+    model = _with_scv(TOPOLOGIES[topology], scv)
+    max_rate = predict(model, None, 1.0).max_rate
+    for rho in (0.3, 0.6, 0.85):
+        rate = rho * max_rate
+        # Near saturation the queue's correlation time is long: average two independent
+        # replications (seeds) so that sampling error stays well inside the tolerance.
+        seeds = (7, 8) if rho > 0.8 else (7,)
+        horizon = 15_000 * (1 + (rho > 0.8)) * (1 + 0.5 * (scv > 1))
+        runs = [simulate(model, rate, horizon_ms=horizon, warmup_ms=2_000, seed=s) for s in seeds]
+        simulated = float(np.mean([lat for lat, _, _ in runs]))
+        predicted = predict(model, None, rate)
+        assert predicted.latency_ms["mean"] == pytest.approx(simulated, rel=tolerance), (topology, scv, rho)
+        for op in runs[0][1]:
+            pred_op = predicted.operators[op]
+            if pred_op.utilization == 0:
+                continue
+            util = np.mean([u[op] for _, u, _ in runs], axis=0)
+            served = np.sum([c[op] for _, _, c in runs], axis=0)
+            for measured, n, expected in zip(util, served, _instance_utilizations(model, op, pred_op)):
+                limit = 0.02 * expected + 3 * measured / np.sqrt(max(n, 1))
+                assert abs(measured - expected) <= limit, (op, rho, measured, expected)
+
+
+def _instance_utilizations(model, op, pred_op):
+    """Predicted utilization of each instance (key grouping: by the Flink key-group shares)."""
+    edge = next((e for e in model.edges if e.target == op and e.grouping == "key"), None)
+    if edge is None:
+        return [pred_op.utilization] * pred_op.parallelism
+    shares = instance_shares(key_group_weights(edge.keys, model.operator(op).max_parallelism), pred_op.parallelism)
+    return list(pred_op.utilization * pred_op.parallelism * shares)
+
+
+# ------------------------------------------------------------------ invariants
+
+@st.composite
+def random_dags(draw):
+    """Small random DAGs of shuffle/key edges with selectivities and parallelisms."""
+    n = draw(st.integers(2, 6))
+    ops = [{"name": "src", "role": "source"}]
+    edges = []
+    for i in range(1, n):
+        ops.append({"name": f"o{i}", "parallelism": draw(st.integers(1, 6)),
+                    "service_time_ms": draw(st.floats(0.05, 5.0)),
+                    "service_scv": draw(st.sampled_from([0.25, 1.0, 2.0])), "max_parallelism": 32})
+        parents = draw(st.lists(st.integers(0, i - 1), min_size=1, max_size=2, unique=True))
+        for u in parents:
+            name_u = "src" if u == 0 else f"o{u}"
+            grouping = draw(st.sampled_from(["shuffle", "shuffle", "key"]))
+            edge = {"from": name_u, "to": f"o{i}", "grouping": grouping,
+                    "selectivity": draw(st.sampled_from([0.5, 1.0, 2.0]))}
+            if grouping == "key":
+                edge["keys"] = {"distribution": "zipf", "exponent": draw(st.floats(0.0, 1.2)), "count": 40}
+            edges.append(edge)
+    return _model(ops, edges)
+
+
+@settings(max_examples=60, deadline=None)
+@given(model=random_dags(), lo=st.floats(0.05, 0.9), hi=st.floats(0.05, 0.9))
+def test_rising_rate_never_lowers_utilization_or_latency(model, lo, hi):
+    lo, hi = sorted((lo, hi))
+    max_rate = predict(model, None, 1.0).max_rate
+    a, b = predict(model, None, lo * max_rate), predict(model, None, hi * max_rate)
+    for name in model.operator_names:
+        assert b.operators[name].utilization >= a.operators[name].utilization - 1e-12
+        assert b.operators[name].max_utilization >= a.operators[name].max_utilization - 1e-12
+    for stat in ("mean", "p95", "p99"):
+        assert b.latency_ms[stat] >= a.latency_ms[stat] * (1 - 1e-9)
+
+
+@settings(max_examples=400, deadline=None)
+@given(model=random_dags(), load=st.floats(0.05, 0.9), data=st.data())
+def test_more_shuffle_instances_never_raise_utilization_or_latency(model, load, data):
+    shuffle_only = [op.name for op in model.operators if not op.is_source
+                    and all(e.grouping == "shuffle" for e in model.edges if e.target == op.name)]
+    if not shuffle_only:
+        return
+    name = data.draw(st.sampled_from(shuffle_only))
+    rate = load * predict(model, None, 1.0).max_rate
+    base = predict(model, None, rate)
+    more = predict(model, {name: base.config[name] + data.draw(st.integers(1, 4))}, rate)
+    for op in model.operator_names:
+        assert more.operators[op].max_utilization <= base.operators[op].max_utilization + 1e-12
+    assert more.latency_ms["mean"] <= base.latency_ms["mean"] * (1 + 1e-9)
+    assert more.max_rate >= base.max_rate * (1 - 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(model=random_dags(), load=st.floats(0.05, 3.0))
+def test_flow_conservation(model, load):
+    rate = load * predict(model, None, 1.0).max_rate
+    p = predict(model, None, rate)
+    assert p.throughput == pytest.approx(min(rate, p.max_rate))
+    for op in model.operators:
+        incoming = [e for e in model.edges if e.target == op.name]
+        expected = (p.throughput * model.source_shares()[op.name] if op.is_source else
+                    sum(e.selectivity * p.operators[e.source].processed_rate for e in incoming))
+        assert p.operators[op.name].processed_rate == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(model=random_dags())
+def test_max_rate_is_where_the_hottest_instance_reaches_one(model):
+    p = predict(model, None, 1.0)
+    at = predict(model, None, p.max_rate * (1 - 1e-9))
+    hottest = max(op.max_utilization for op in at.operators.values())
+    assert hottest == pytest.approx(1.0, rel=1e-6)
+    assert at.operators[p.bottleneck].max_utilization == pytest.approx(hottest)
+    assert not at.saturated and predict(model, None, p.max_rate * 1.001).saturated
