@@ -452,6 +452,11 @@ def infer_topology(ops: pd.DataFrame, edges: pd.DataFrame, job: str = "job",
     if not nx.is_directed_acyclic_graph(graph):
         raise CalibrationError("edges in the history form a cycle", file="edge_windows", field="edges",
                                value=" -> ".join(u for u, _ in nx.find_cycle(graph)))
+    orphans = [n for n in names if n not in sources and graph.in_degree(n) == 0]
+    if orphans:
+        raise CalibrationError("no edge_windows reach this operator, so its upstream is unknown "
+                               "(give a topology file)", file="edge_windows", field="operator",
+                               value=orphans[0])
     order = list(nx.lexicographical_topological_sort(graph))
     operators = tuple(
         OperatorSpec(name=n, role="source" if n in sources else "operator",

@@ -41,9 +41,10 @@ def _chain_history(service_rows, selectivity=2.0, n=None):
     edges = []
     for i in range(n):
         ts = T0 + pd.Timedelta(seconds=10 * i)
-        edges.append({"window_start": ts, "source_op": "src", "target_op": "a", "rate": 1000.0, "selectivity": 1.0})
-        edges.append({"window_start": ts, "source_op": "a", "target_op": "b", "rate": 1000.0 * selectivity,
-                      "selectivity": selectivity})
+        edges.append({"window_start": ts, "window_s": 10.0, "job": "j", "source_op": "src", "target_op": "a",
+                      "rate": 1000.0, "selectivity": 1.0})
+        edges.append({"window_start": ts, "window_s": 10.0, "job": "j", "source_op": "a", "target_op": "b",
+                      "rate": 1000.0 * selectivity, "selectivity": selectivity})
     return _frames(ops, edges)
 
 
@@ -162,6 +163,14 @@ def test_infer_topology_and_calibrated_model_predicts():
     # a: 2 instances at 1 ms -> 2000/s; b: 2 instances at 0.5 ms with selectivity 2 -> 2000/s input.
     assert predict(model, None, 100).max_rate == pytest.approx(2000.0)
     assert model.calibration["trust"] is not None and "a" in model.calibration["operators"]
+
+
+def test_operator_without_upstream_edges_is_refused():
+    rows = [{"parallelism": 2, "processed_rate": 1000.0, "busy_fraction_mean": 0.5, "service_time_ms": 1.0}] * 4
+    ops, edges = _chain_history(rows)
+    with pytest.raises(CalibrationError, match="upstream") as err:
+        Calibrator().fit(ops, edges[edges["target_op"] != "a"])
+    assert "'a'" in str(err.value)
 
 
 def test_topology_file_grouping_is_kept():

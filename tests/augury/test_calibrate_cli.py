@@ -1,0 +1,71 @@
+"""``augury calibrate``: store in, model file out, mlflow run, typed errors."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from augury.cli import main
+from history.schema import TABLE_SCHEMAS
+from history.store import MetricStore
+from modeler.modelfile import load_model
+from modeler.queueing import predict
+from tests.modeler.test_calibrate import _chain_history
+
+
+def _store_with(tmp_path, ops, edges):
+    store = MetricStore(tmp_path / "store", create=True)
+    with store.table_transaction() as tx:
+        for name, frame in (("operator_windows", ops), ("edge_windows", edges)):
+            schema = TABLE_SCHEMAS[name]
+            frame = frame.assign(**{c: None for c in schema.names if c not in frame.columns})[schema.names]
+            tx.dir(name).mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False),
+                           tx.dir(name) / "part-0.parquet")
+        tx.summary = {"test": True}
+    return store.path
+
+
+ROWS = [{"parallelism": 2, "processed_rate": 1000.0, "busy_fraction_mean": 0.5, "service_time_ms": 1.0}] * 5
+
+
+def test_calibrate_writes_a_usable_model_and_logs_to_mlflow(tmp_path, capsys):
+    ops, edges = _chain_history(ROWS, selectivity=2.0)
+    store = _store_with(tmp_path, ops, edges)
+    out = tmp_path / "model.yaml"
+    assert main(["calibrate", "--store", str(store), "--job", "j", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    model = load_model(out)
+    assert model.operator("a").service_time_ms == pytest.approx(1.0)
+    assert model.calibration["operators"]["a"]["service_time_ms"]["samples"] == 5
+    assert predict(model, None, 100).max_rate == pytest.approx(2000.0)
+    assert summary["mlflow_run_id"]
+    import mlflow
+
+    run = mlflow.get_run(summary["mlflow_run_id"])
+    assert run.data.metrics["calibration.a.service_time_ms"] == pytest.approx(1.0)
+
+
+def test_since_filters_windows(tmp_path, capsys):
+    ops, edges = _chain_history(ROWS)
+    store = _store_with(tmp_path, ops, edges)
+    # Only the last window qualifies: not enough data, named error, exit 2.
+    code = main(["calibrate", "--store", str(store), "--job", "j", "--out", str(tmp_path / "m.yaml"),
+                 "--since", "2026-01-01T00:00:40Z", "--no-track"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "'a'" in err and str(store) in err and len(err.strip().splitlines()) == 1
+
+
+def test_unknown_job_and_missing_store(tmp_path, capsys):
+    ops, edges = _chain_history(ROWS)
+    store = _store_with(tmp_path, ops, edges)
+    assert main(["calibrate", "--store", str(store), "--job", "nope", "--out", str(tmp_path / "m.yaml"),
+                 "--no-track"]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert main(["calibrate", "--store", str(tmp_path / "none"), "--job", "j", "--out",
+                 str(tmp_path / "m.yaml"), "--no-track"]) == 2
+    assert "none" in capsys.readouterr().err
