@@ -1,0 +1,68 @@
+"""What every adapter returns: candidate rows (fields as read, not yet validated) plus counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import pandas as pd
+
+CANDIDATE_COLUMNS: tuple[str, ...] = ("ts", "window_s", "job", "operator", "instance", "metric",
+                                      "value", "target", "file", "line", "reason", "detail")
+"""Adapters emit these columns. ``reason``/``detail`` are preset (else None) when the adapter
+already knows a record is unusable (e.g. a JSON line that does not parse); ``line`` is the
+1-based line (or record number) in ``file``."""
+
+
+@dataclass(frozen=True)
+class AdapterOptions:
+    """What the command line can tell an adapter that the file itself may not say."""
+
+    job: str | None = None
+    """Job name for every row read (overrides the file's)."""
+    window_s: float | None = None
+    """Window length, s: how per-second gauges become window counts (default: the file's, or 10)."""
+    ts: str | None = None
+    """Window start (ISO 8601 UTC) for captures that carry no timestamp (Prometheus text)."""
+    edges: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    """operator -> downstream operators; an operator with exactly one downstream gets its
+    total output attributed to that edge (engines report output per operator, not per edge)."""
+
+
+@dataclass(frozen=True)
+class AdapterResult:
+    """Candidate rows of one file and the engine metrics that the vocabulary does not map."""
+
+    rows: pd.DataFrame
+    ignored: Mapping[str, int] = field(default_factory=dict)
+    """Engine metric name -> how many samples were read but not mapped (JVM, checkpoints...)."""
+
+
+def candidates(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """A candidate frame from dicts (missing keys become None)."""
+    frame = pd.DataFrame.from_records(records, columns=list(CANDIDATE_COLUMNS))
+    return frame.astype(object).where(frame.notna(), None) if len(frame) else frame.astype(object)
+
+
+def single_target(options: AdapterOptions, operator: str) -> str | None:
+    downstream = options.edges.get(operator, ())
+    return downstream[0] if len(downstream) == 1 else None
+
+
+def parse_edges(text: str | None) -> dict[str, tuple[str, ...]]:
+    """'a->b,b->c,b->d' -> {'a': ('b',), 'b': ('c', 'd')}."""
+    from history.errors import HistoryError
+
+    edges: dict[str, list[str]] = {}
+    if not text:
+        return {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        src, sep, dst = part.partition("->")
+        if not sep or not src.strip() or not dst.strip():
+            raise HistoryError("expected source->target[,source->target...]", field="--edges", value=part)
+        edges.setdefault(src.strip(), []).append(dst.strip())
+    return {k: tuple(v) for k, v in edges.items()}

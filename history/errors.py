@@ -1,0 +1,29 @@
+"""The history package's exception types; every message names the file, field and value.
+
+``HistoryError`` is the root (a bad input: exit code 2 on the command line). ``AdapterError``
+is a file that cannot be read in its declared format at all (rows that are merely invalid are
+quarantined, not raised). ``StoreError`` is a store directory that is missing or corrupt.
+``SparkUnavailable`` is an environment failure (no Java, Spark cannot start): exit code 3.
+"""
+
+from __future__ import annotations
+
+from augury.errors import AuguryError
+
+
+class HistoryError(AuguryError):
+    """A history input (file, row, field, flag) is invalid."""
+
+
+class AdapterError(HistoryError):
+    """A metrics file cannot be read in the format it was declared to be in."""
+
+
+class StoreError(HistoryError):
+    """The metric store directory is missing, not a store, or its manifest is corrupt."""
+
+
+class SparkUnavailable(HistoryError):
+    """Spark could not be started (no Java, bad master URL...): an environment failure."""
+
+    exit_code = 3

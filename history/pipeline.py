@@ -1,0 +1,234 @@
+"""The Spark pipeline: raw metric rows -> per-instance windows -> operator statistics.
+
+Pure DataFrame -> DataFrame functions (no session, no I/O; ``history.summarize`` is the entry
+point that reads the store and writes the tables). Rates are tuples/s, times ms, fractions in
+[0, 1]. ``window_s`` (W) is the output window: every raw row is assigned to the window
+``floor(ts / W) * W`` (epoch-aligned, UTC) by its start; W must be a multiple of every row's
+window_s (``resolve_window`` checks).
+
+* ``instance_windows``: one row per (window_start, job, operator, instance): counts and times
+  summed, gauges averaged, ``source_lag`` = the last value in the window, ``busy_covered_s`` /
+  ``bp_covered_s`` = seconds actually covered by busy / back-pressure measurements.
+* ``operator_windows``: per (window_start, job, operator):
+  - ``parallelism``: the ``parallelism`` gauge (max) when reported, else instances reporting;
+  - ``processed_rate`` = processed tuples / W, where processed = sum of records_in, except for
+    source operators that report no (or zero) records_in (Flink sources): their records_out;
+  - ``arrival_rate``: sources: ``source_rates.arrival_rate``; others: the sum of the rates of
+    their incoming ``edge_windows`` when there are any, else ``processed_rate``
+    (``arrival_basis`` says which: ``external`` / ``edges`` / ``processed``);
+  - ``busy_fraction_mean`` / ``_max``: over instances of busy_ms / (1000 x busy_covered_s);
+  - ``service_time_ms`` = sum busy_ms / processed tuples (DS2's useful time per tuple);
+  - ``backpressure_fraction``: mean over instances of backpressured_ms / (1000 x bp_covered_s);
+  - ``queue_len_mean``: mean over instances; ``max_instance_share`` = hottest instance's
+    processed tuples / the operator's; ``latency_ms_*``: mean over instances (sinks report them).
+* ``edge_windows``: per (window_start, job, source_op, target_op) from records_out rows with a
+  target: ``rate`` = tuples / W, ``selectivity`` = tuples / source_op's processed tuples.
+* ``source_rates``: per source operator and window: ``source_lag`` (summed over instances, at the
+  window end), ``lag_growth_rate`` = (lag - lag of the previous window) / W (null when the previous
+  window is missing), ``arrival_rate`` = max(0, processed_rate + lag_growth_rate): what arrived,
+  not only what was processed.
+
+Source operators: operators that report ``source_lag``, plus, in jobs that have any edge rows,
+operators that are never the target of an edge.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from history.errors import HistoryError
+
+LATENCIES = ("latency_ms_mean", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The three summarized tables (Spark DataFrames)."""
+
+    operator_windows: DataFrame
+    edge_windows: DataFrame
+    source_rates: DataFrame
+
+    def tables(self) -> dict[str, DataFrame]:
+        return {"operator_windows": self.operator_windows, "edge_windows": self.edge_windows,
+                "source_rates": self.source_rates}
+
+
+def resolve_window(native_windows_s: list[float], window_s: float | None) -> float:
+    """The output window: ``window_s`` if given (a multiple of every native window), else the
+    largest native window (all others must divide it)."""
+    natives = sorted({float(w) for w in native_windows_s})
+    if not natives:
+        raise HistoryError("no raw rows to summarize", field="window_s")
+    target = float(window_s) if window_s is not None else natives[-1]
+    if not math.isfinite(target) or target <= 0:
+        raise HistoryError("the window must be a positive duration", field="--window", value=window_s)
+    for native in natives:
+        ratio = target / native
+        if ratio < 1 - 1e-9 or abs(ratio - round(ratio)) > 1e-9:
+            flag = "--window" if window_s is not None else "window_s"
+            raise HistoryError(
+                f"the raw rows have window_s {native:g} s: the output window must be a multiple of "
+                f"every row's window (raw windows: {', '.join(f'{w:g}' for w in natives)} s)",
+                field=flag, value=f"{target:g}s")
+    return target
+
+
+def with_window_start(raw: DataFrame, window_s: float) -> DataFrame:
+    """Add ``window_start``: the epoch-aligned output window that holds each row's ``ts``."""
+    width_us = int(round(window_s * 1_000_000))
+    micros = F.unix_micros(F.col("ts"))
+    return raw.withColumn("window_start",
+                          F.timestamp_micros(micros - F.pmod(micros, F.lit(width_us))))
+
+
+def instance_windows(raw: DataFrame, window_s: float) -> DataFrame:
+    """Raw rows -> one row per (window_start, job, operator, instance), metrics as columns."""
+    m, v = F.col("metric"), F.col("value")
+
+    def total(name: str):
+        return F.sum(F.when(m == name, v)).alias(name)
+
+    def mean(name: str):
+        return F.avg(F.when(m == name, v)).alias(name)
+
+    out = F.col("target")
+    return (
+        with_window_start(raw, window_s)
+        .groupBy("window_start", "job", "operator", "instance")
+        .agg(
+            total("records_in"),
+            F.coalesce(F.sum(F.when((m == "records_out") & out.isNull(), v)),
+                       F.sum(F.when((m == "records_out") & out.isNotNull(), v))).alias("records_out"),
+            total("busy_ms"), total("backpressured_ms"), total("idle_ms"),
+            F.sum(F.when(m == "busy_ms", F.col("window_s"))).alias("busy_covered_s"),
+            F.sum(F.when(m == "backpressured_ms", F.col("window_s"))).alias("bp_covered_s"),
+            mean("queue_len"),
+            F.max_by(F.when(m == "source_lag", v), F.when(m == "source_lag", F.col("ts"))).alias("source_lag"),
+            *[mean(name) for name in LATENCIES],
+            F.max(F.when(m == "parallelism", v)).alias("parallelism"),
+        )
+        .withColumn("window_s", F.lit(float(window_s)))
+    )
+
+
+def edge_tuples(raw: DataFrame, window_s: float) -> DataFrame:
+    """Tuples sent per (window_start, job, source_op, target_op) (records_out rows with a target)."""
+    return (
+        with_window_start(raw.where((F.col("metric") == "records_out") & F.col("target").isNotNull()),
+                          window_s)
+        .groupBy("window_start", "job", F.col("operator").alias("source_op"),
+                 F.col("target").alias("target_op"))
+        .agg(F.sum("value").alias("tuples"))
+    )
+
+
+def _safe_div(num, den):
+    return F.when(den > 0, num / den)
+
+
+def _operator_stats(iw: DataFrame, edges: DataFrame) -> DataFrame:
+    """Per operator-window aggregates, the source flag and the processed count."""
+    fraction = lambda ms, covered: _safe_div(F.col(ms), F.col(covered) * 1000.0)  # noqa: E731
+    ops = iw.groupBy("window_start", "window_s", "job", "operator").agg(
+        F.count(F.lit(1)).alias("instances"),
+        F.max("parallelism").alias("parallelism_gauge"),
+        F.sum("records_in").alias("records_in"), F.max("records_in").alias("max_in"),
+        F.sum("records_out").alias("records_out"), F.max("records_out").alias("max_out"),
+        F.sum("busy_ms").alias("busy_ms"),
+        F.avg(fraction("busy_ms", "busy_covered_s")).alias("busy_fraction_mean"),
+        F.max(fraction("busy_ms", "busy_covered_s")).alias("busy_fraction_max"),
+        F.avg(fraction("backpressured_ms", "bp_covered_s")).alias("backpressure_fraction"),
+        F.avg("queue_len").alias("queue_len_mean"),
+        F.sum("source_lag").alias("source_lag"),
+        *[F.avg(name).alias(name) for name in LATENCIES],
+    )
+    names = ops.select("job", "operator").distinct()
+    lagged = iw.where(F.col("source_lag").isNotNull()).select("job", "operator").distinct() \
+        .withColumn("_lag", F.lit(True))
+    edge_jobs = edges.select("job").distinct().withColumn("_edges", F.lit(True))
+    targets = edges.select("job", F.col("target_op").alias("operator")).distinct() \
+        .withColumn("_target", F.lit(True))
+    flags = (
+        names.join(lagged, ["job", "operator"], "left")
+        .join(edge_jobs, ["job"], "left")
+        .join(targets, ["job", "operator"], "left")
+        .select("job", "operator",
+                (F.coalesce(F.col("_lag"), F.lit(False))
+                 | (F.coalesce(F.col("_edges"), F.lit(False)) & F.col("_target").isNull()))
+                .alias("is_source"))
+    )
+    ops = ops.join(F.broadcast(flags), ["job", "operator"], "left")
+    from_out = F.col("is_source") & (F.col("records_in").isNull() | (F.col("records_in") == 0))
+    return (
+        ops.withColumn("processed", F.when(from_out, F.col("records_out")).otherwise(F.col("records_in")))
+        .withColumn("max_instance_share",
+                    F.when(from_out, _safe_div(F.col("max_out"), F.col("records_out")))
+                    .otherwise(_safe_div(F.col("max_in"), F.col("records_in"))))
+        .withColumn("processed_rate", F.col("processed") / F.col("window_s"))
+        .withColumn("service_time_ms", _safe_div(F.col("busy_ms"), F.col("processed")))
+        .withColumn("parallelism", F.coalesce(F.col("parallelism_gauge").cast("long"),
+                                              F.col("instances").cast("long")))
+    )
+
+
+def summarize(raw: DataFrame, window_s: float, persist: bool = False) -> Summary:
+    """Raw rows (the normalized schema) -> the three tables, windowed to ``window_s`` seconds.
+
+    ``persist=True`` keeps the per-instance windows (memory, spilling to disk) so that writing
+    the three tables scans the raw rows once; the caller unpersists (``spark.catalog.clearCache``).
+    """
+    iw = instance_windows(raw, window_s)
+    edges = edge_tuples(raw, window_s)
+    if persist:
+        from pyspark import StorageLevel
+
+        iw = iw.persist(StorageLevel.MEMORY_AND_DISK)
+        edges = edges.persist(StorageLevel.MEMORY_AND_DISK)
+    ops = _operator_stats(iw, edges)
+
+    edge_windows = (
+        edges.join(ops.select("window_start", "job", F.col("operator").alias("source_op"),
+                              "processed"), ["window_start", "job", "source_op"], "left")
+        .select("window_start", F.lit(float(window_s)).alias("window_s"), "job", "source_op",
+                "target_op", (F.col("tuples") / F.lit(float(window_s))).alias("rate"),
+                _safe_div(F.col("tuples"), F.col("processed")).alias("selectivity"))
+    )
+
+    order = Window.partitionBy("job", "operator").orderBy("window_start")
+    width_us = int(round(window_s * 1_000_000))
+    consecutive = (F.unix_micros(F.col("window_start"))
+                   - F.unix_micros(F.lag("window_start").over(order))) == width_us
+    previous = F.lag("source_lag").over(order)
+    growth = F.when(consecutive & F.col("source_lag").isNotNull() & previous.isNotNull(),
+                    (F.col("source_lag") - previous) / F.lit(float(window_s)))
+    source_rates = (
+        ops.where(F.col("is_source"))
+        .select("window_start", "window_s", "job", "operator", "processed_rate", "source_lag")
+        .withColumn("lag_growth_rate", growth)
+        .withColumn("arrival_rate", F.greatest(F.lit(0.0), F.col("processed_rate")
+                                               + F.coalesce(F.col("lag_growth_rate"), F.lit(0.0))))
+    )
+
+    incoming = edge_windows.groupBy("window_start", "job", F.col("target_op").alias("operator")) \
+        .agg(F.sum("rate").alias("_in_rate"))
+    external = source_rates.select("window_start", "job", "operator",
+                                   F.col("arrival_rate").alias("_ext_rate"))
+    ow = (
+        ops.join(external, ["window_start", "job", "operator"], "left")
+        .join(incoming, ["window_start", "job", "operator"], "left")
+        .withColumn("arrival_basis", F.when(F.col("is_source"), F.lit("external"))
+                    .when(F.col("_in_rate").isNotNull(), F.lit("edges")).otherwise(F.lit("processed")))
+        .withColumn("arrival_rate", F.when(F.col("is_source"), F.col("_ext_rate"))
+                    .when(F.col("_in_rate").isNotNull(), F.col("_in_rate"))
+                    .otherwise(F.col("processed_rate")))
+        .select("window_start", "window_s", "job", "operator", "is_source", "parallelism",
+                "arrival_rate", "processed_rate", "busy_fraction_mean", "busy_fraction_max",
+                "service_time_ms", "backpressure_fraction", "queue_len_mean",
+                "max_instance_share", *LATENCIES, "arrival_basis")
+    )
+    return Summary(ow, edge_windows, source_rates)

@@ -1,0 +1,74 @@
+"""The one place that starts Spark: ``spark_session(master, app_name, driver_memory)``.
+
+Local mode by default (``local[2]``), any master URL otherwise. The UI is off, shuffles use 2
+partitions (metric tables are small per key; raise it on a cluster with ``shuffle_partitions``),
+the session time zone is UTC, Parquet timestamps are written as INT64 micros (readable by
+pyarrow as UTC timestamps), and the JVM logs only errors. Starting Spark needs Java; when it
+cannot start, ``SparkUnavailable`` (exit code 3) says why.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+from history.errors import SparkUnavailable
+
+_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _log4j_file() -> str:
+    path = Path(tempfile.gettempdir()) / "augury-spark-log4j2.properties"
+    if not path.is_file() or path.read_text() != _LOG4J:
+        path.write_text(_LOG4J)
+    return str(path)
+
+
+def spark_session(master: str = "local[2]", app_name: str = "augury", *,
+                  driver_memory: str | None = None, shuffle_partitions: int = 2,
+                  conf: Mapping[str, str] | None = None):
+    """A (possibly already running) SparkSession configured for augury.
+
+    ``driver_memory`` (e.g. ``"2g"``; default ``$AUGURY_SPARK_DRIVER_MEMORY`` or ``"1g"``) only
+    takes effect when this call starts the JVM.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as err:  # pragma: no cover - pyspark is a dependency
+        raise SparkUnavailable(f"pyspark is not installed ({err})") from None
+    memory = driver_memory or os.environ.get("AUGURY_SPARK_DRIVER_MEMORY", "1g")
+    log4j = _log4j_file()
+    builder = (
+        SparkSession.builder.master(master).appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.memory", memory)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j} "
+                "-Duser.timezone=UTC")
+        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+    except Exception as err:  # Java missing, bad master URL, port trouble...
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SparkUnavailable(f"cannot start Spark ({first})", field="--spark-master",
+                               value=master) from None
+    session.sparkContext.setLogLevel("ERROR")
+    return session
