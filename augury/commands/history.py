@@ -1,0 +1,51 @@
+"""``augury history summarize --store DIR [--window 60s] [--spark-master URL] [--json]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from augury.commands._common import parse_duration_s, print_json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "history", help="work with a metric history store (summarize)",
+        description="Operations on a history store built by `augury ingest`.",
+    )
+    sub = parser.add_subparsers(dest="history_command", metavar="SUBCOMMAND")
+    summarize = sub.add_parser(
+        "summarize", help="run the Spark pipeline: raw rows -> operator_windows, edge_windows, source_rates",
+        description="Summarize every job's raw rows into the operator_windows, edge_windows and "
+                    "source_rates tables of the store (replaced atomically). See docs/history.md.",
+    )
+    summarize.add_argument("--store", required=True, metavar="DIR", help="store directory")
+    summarize.add_argument("--window", metavar="DURATION",
+                           help="output window, a multiple of the raw windows (default: the raw window)")
+    summarize.add_argument("--spark-master", default="local[2]", metavar="URL",
+                           help="Spark master (default local[2])")
+    summarize.add_argument("--driver-memory", metavar="SIZE", help="Spark driver memory, e.g. 2g")
+    summarize.add_argument("--json", action="store_true", help="print one JSON object")
+    summarize.set_defaults(func=run_summarize)
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def run_summarize(args: argparse.Namespace) -> int:
+    from history.summarize import summarize_store
+
+    window = parse_duration_s(args.window, "--window") if args.window else None
+    report = summarize_store(args.store, window_s=window, master=args.spark_master,
+                             driver_memory=args.driver_memory)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        rows = ", ".join(f"{name} {n}" for name, n in report.rows.items())
+        print(f"summarized {report.raw_rows} raw rows of {len(report.jobs)} job(s) "
+              f"({', '.join(report.jobs)}) into {report.window_s:g} s windows in "
+              f"{report.seconds:.1f} s: {rows}")
+    return 0
