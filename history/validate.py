@@ -80,8 +80,14 @@ def parse_timestamps(values: pd.Series) -> pd.Series:
     if len(numeric):
         out[numeric.index] = pd.to_datetime(numeric.astype(float), unit="s", utc=True)
     text = text[as_num.isna()]
-    if len(text):
-        out[text.index] = pd.to_datetime(text, utc=True, errors="coerce", format="ISO8601")
+    # pandas shifts naive strings by the offset of aware ones when parsed together: split them.
+    aware = text.str.contains(r"(?:Z|[+-]\d{2}(?::?\d{2})?)$", regex=True, case=False)
+    if aware.any():
+        out[text.index[aware]] = pd.to_datetime(text[aware], utc=True, errors="coerce", format="ISO8601")
+    naive = text[~aware]
+    if len(naive):
+        parsed = pd.to_datetime(naive, errors="coerce", format="ISO8601")
+        out[naive.index] = parsed.dt.tz_localize("UTC") if parsed.dt.tz is None else parsed
     return out
 
 
