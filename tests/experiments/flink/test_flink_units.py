@@ -1,0 +1,132 @@
+"""Flink helpers that need no cluster: configuration, socket decoding, metric windows."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from experiments.flink.cluster import (ClusterConfig, _decode_addr, _listening, flink_config,
+                                       is_loopback)
+from experiments.flink.jobs import SleepPipelineSpec
+from experiments.flink.metrics import (COUNTERS, Edge, FlinkMetricsConfig, FlinkMetricsSource,
+                                       JobGraph, Vertex, operator_name)
+from scheduler.interfaces import MetricsUnavailable
+
+
+def test_config_binds_every_address_to_loopback_and_keeps_the_wheel_jvm_options():
+    original = {"env": {"java": {"opts": {"all": "--add-opens=java.base/java.lang=ALL-UNNAMED"}}},
+                "jobmanager": {"bind-host": "localhost", "rpc": {"address": "localhost"}},
+                "rest": {"address": "localhost"}}
+    flat = flink_config(ClusterConfig(rest_port=18123, prometheus_port=19300), original)
+    assert flat["env.java.opts.all"] == "--add-opens=java.base/java.lang=ALL-UNNAMED"
+    for key in ("jobmanager.bind-host", "jobmanager.rpc.address", "taskmanager.bind-host",
+                "taskmanager.host", "rest.address", "rest.bind-address", "metrics.reporter.prom.host"):
+        assert flat[key] == "127.0.0.1", key
+    assert flat["rest.port"] == 18123
+    assert flat["metrics.reporter.prom.port"] == "19300-19303"
+    assert flat["jobmanager.scheduler"] == "adaptive"
+
+
+def test_listening_sockets_are_decoded_from_proc():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        found = [(a, p) for a, p, _ in _listening() if p == port]
+    assert found == [("127.0.0.1", port)]
+    assert _decode_addr("00000000000000000000000000000000", 16) == "::"
+    assert not is_loopback("0.0.0.0") and not is_loopback("::") and is_loopback("::ffff:127.0.0.1")
+
+
+def test_operator_names_from_chained_vertex_names():
+    assert operator_name("Source: Source") == "Source"
+    assert operator_name("Sink -> Discard: Writer") == "Sink"
+    assert operator_name("Enrich") == "Enrich"
+
+
+def test_spec_args_round_trip_the_configuration():
+    spec = SleepPipelineSpec(rate_per_s=250, p_enrich=3)
+    args = spec.args()
+    assert args[args.index("--rate") + 1] == "250.0" and args[args.index("--p-enrich") + 1] == "3"
+    assert spec.capacity_per_s()["Enrich"] == pytest.approx(600.0)
+
+
+def _graph(p_agg=1, start=1000):
+    vertices = (Vertex("v1", "Source: Source", "Source", 1, "RUNNING", start),
+                Vertex("v2", "Aggregate", "Aggregate", p_agg, "RUNNING", start))
+    return JobGraph("j", "job", "RUNNING", vertices, (Edge("Source", "Aggregate", "HASH"),))
+
+
+def _values(graph, n_in, busy, idle):
+    out = {}
+    for v in graph.vertices:
+        for i in range(v.parallelism):
+            out[(v.operator, i)] = {"numRecordsIn": n_in, "numRecordsOut": n_in,
+                                    "accumulateBusyTimeMs": busy, "accumulateIdleTimeMs": idle,
+                                    "accumulateBackPressuredTimeMs": 0.0}
+    return out
+
+
+class FakeSource(FlinkMetricsSource):
+    """The real windowing over scripted samples (no HTTP)."""
+
+    def __init__(self, samples, window_s=10.0):
+        self.now = 100.0
+        super().__init__("http://x", "j", FlinkMetricsConfig(window_s=window_s, max_wait_windows=2),
+                         clock=lambda: self.now, sleep=self._advance)
+        self.samples = list(samples)
+
+    def _advance(self, s):
+        self.now += s
+
+    def sample(self):
+        graph, values = self.samples.pop(0)
+        return {"t": self.now, "graph": graph, "values": values, "running": True}
+
+
+def test_windows_are_counter_differences_rescaled_to_the_window():
+    g = _graph()
+    # 11 s of subtask time covered (the REST cache is 1 s stale): rates are kept, times sum to 10 s
+    src = FakeSource([(g, _values(g, 100, 500, 500)), (g, _values(g, 1200, 6000, 6000))])
+    batch = src.read()
+    frame = batch.to_frame()
+    agg = frame[frame["operator"] == "Aggregate"].set_index("metric")["value"]
+    assert agg["records_in"] == pytest.approx(1100 * 10 / 11)
+    assert agg["busy_ms"] + agg["idle_ms"] + agg["backpressured_ms"] == pytest.approx(10_000)
+    out = frame[(frame["operator"] == "Source") & (frame["metric"] == "records_out")]
+    assert list(out["target"]) == ["Aggregate"]
+    assert batch.as_of_s == 120.0 and batch.config == {"Source": 1, "Aggregate": 1}
+    assert set(frame["ts"]) == {"1970-01-01T00:01:50+00:00"}
+
+
+def test_a_rescale_inside_a_window_drops_it_and_reports_the_new_parallelism():
+    g1, g2 = _graph(1), _graph(2, start=5000)
+    src = FakeSource([(g1, _values(g1, 100, 500, 500)), (g2, _values(g2, 10, 50, 50)),
+                      (g2, _values(g2, 110, 5050, 5050))])
+    batch = src.read()
+    assert src.dropped_windows == 1
+    frame = batch.to_frame()
+    assert set(frame[frame["operator"] == "Aggregate"]["instance"]) == {0, 1}
+    assert batch.config["Aggregate"] == 2
+
+
+def test_counters_going_backwards_drop_the_window_and_a_source_that_never_settles_fails():
+    g = _graph()
+    samples = [(g, _values(g, 500, 500, 500)), (g, _values(g, 10, 600, 600))] + \
+              [(g, _values(g, 10 - k, 600, 600)) for k in range(1, 8)]
+    src = FakeSource(samples)
+    with pytest.raises(MetricsUnavailable):
+        src.read()
+    assert src.dropped_windows >= 2
+
+
+def test_missing_counters_are_never_returned_as_partial_windows():
+    g = _graph()
+    broken = _values(g, 200, 5500, 5500)
+    del broken[("Aggregate", 0)]["accumulateBusyTimeMs"]
+    src = FakeSource([(g, _values(g, 100, 500, 500)), (g, broken)] + [(g, broken)] * 6)
+    with pytest.raises(MetricsUnavailable):
+        src.read()
+    assert set(COUNTERS) >= {"numRecordsIn", "accumulateBusyTimeMs"}
