@@ -22,7 +22,7 @@ parallelism, status) and ``/jobs/<id>/plan`` (edges and ship strategies). Per su
   every subtask has run for ``60 + 5 s + fetch interval`` since its (re)start.
 
 Windows are aligned to a grid of ``window_s`` (``ts`` = window start, UTC). After a restart or a
-rescale (a vertex's parallelism or start time changed, or a counter went backwards), the window
+rescale (a vertex's parallelism or start time changed, or a record counter went backwards), the window
 spanning it is dropped and the next one starts ``settle_s`` after every subtask runs again.
 ``pendingRecords`` (source lag) is read where a source exposes it (datagen does not).
 
@@ -268,8 +268,13 @@ class FlinkMetricsSource:
                 if any(k not in a or k not in b for k in COUNTERS):
                     return None
                 delta = {k: b[k] - a[k] for k in COUNTERS}
-                if any(d < 0 for d in delta.values()):
+                if delta["numRecordsIn"] < 0 or delta["numRecordsOut"] < 0:
                     return None  # counters reset: a restart inside the window
+                # Flink derives accumulateBusyTimeMs = elapsed - idle - back-pressured, where idle
+                # may or may not include the idle stretch in progress: a mostly idle subtask's busy
+                # time can step back by a few ms. Clamp at 0 (the sum stays the elapsed time).
+                for k in TIME_COUNTERS:
+                    delta[k] = max(0.0, delta[k])
                 covered_ms = sum(delta[k] for k in TIME_COUNTERS)
                 if covered_ms <= 0:
                     return None

@@ -122,6 +122,18 @@ def test_counters_going_backwards_drop_the_window_and_a_source_that_never_settle
     assert src.dropped_windows >= 2
 
 
+def test_busy_time_stepping_back_is_jitter_not_a_restart():
+    g = _graph()
+    first = _values(g, 100, 500, 500)
+    second = _values(g, 200, 5500, 5500)
+    second[("Aggregate", 0)]["accumulateBusyTimeMs"] = 480.0  # idle subtask: busy stepped back
+    second[("Aggregate", 0)]["accumulateIdleTimeMs"] = 10520.0
+    batch = FakeSource([(g, first), (g, second)]).read()
+    frame = batch.to_frame()
+    agg = frame[frame["operator"] == "Aggregate"].set_index("metric")["value"]
+    assert agg["busy_ms"] == 0.0 and agg["idle_ms"] == pytest.approx(10_000)
+
+
 def test_missing_counters_are_never_returned_as_partial_windows():
     g = _graph()
     broken = _values(g, 200, 5500, 5500)
