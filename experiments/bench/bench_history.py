@@ -1,0 +1,264 @@
+"""Benchmark: the Spark pipeline vs a single-process pyarrow baseline computing operator_windows.
+
+    python experiments/bench/bench_history.py --rows 10            # 10 million raw rows
+    python experiments/bench/bench_history.py --rows 100 --driver-memory 2g --baseline-memory 2g
+
+Generates N million raw rows (normalized schema; a src -> map -> sink job, 8 instances per
+operator, 10 s windows, records_in/out, busy/back-pressured/idle, queue_len, source_lag) as
+Parquet files of at most 5 M rows, then times
+
+* Spark: ``history.pipeline.summarize`` -> ``operator_windows`` written to Parquet (JVM start and
+  session creation excluded; the first query's warm-up included),
+* pyarrow: the same ``operator_windows`` computed in one process (``pyarrow_operator_windows``),
+  run in a child process whose address space is capped at ``--baseline-memory`` (RLIMIT_AS),
+
+and prints both wall times and rows/s, checks that both agree, and reports whether the in-memory
+baseline fit in its budget (with an estimate of the memory it needs: the raw table in memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from history.schema import RAW_SCHEMA  # noqa: E402
+
+OPERATORS = ("src", "map", "sink")
+INSTANCES = 8
+WINDOW_S = 10.0
+CHUNK_ROWS = 5_000_000
+
+
+def _instance_metrics(op: str) -> list[tuple[str, str | None]]:
+    if op == "src":
+        return [("records_out", "map"), ("busy_ms", None), ("source_lag", None)]
+    if op == "map":
+        return [("records_in", None), ("records_out", "sink"), ("busy_ms", None),
+                ("backpressured_ms", None), ("idle_ms", None), ("queue_len", None)]
+    return [("records_in", None), ("busy_ms", None), ("idle_ms", None), ("latency_ms_mean", None)]
+
+
+def generate(rows: int, out_dir: Path, seed: int = 7) -> tuple[int, list[str]]:
+    """Write >= ``rows`` raw rows (whole windows) as Parquet chunks; returns (rows, files)."""
+    rng = np.random.default_rng(seed)
+    layout = [(op, i, m, t) for op in OPERATORS for i in range(INSTANCES) for m, t in _instance_metrics(op)]
+    per_window = len(layout)
+    windows = math.ceil(rows / per_window)
+    start = np.datetime64("2024-05-01T00:00:00", "us").astype(np.int64)
+    ops = np.array([x[0] for x in layout], dtype=object)
+    inst = np.array([x[1] for x in layout], dtype=np.int32)
+    metrics = np.array([x[2] for x in layout], dtype=object)
+    targets = np.array([x[3] for x in layout], dtype=object)
+    scale = {"records_in": 1000.0, "records_out": 1500.0, "busy_ms": 4000.0, "backpressured_ms": 500.0,
+             "idle_ms": 4000.0, "queue_len": 5.0, "source_lag": 10000.0, "latency_ms_mean": 40.0}
+    base = np.array([scale[m] for m in metrics])
+    files = []
+    windows_per_chunk = max(1, CHUNK_ROWS // per_window)
+    done = 0
+    while done < windows:
+        n = min(windows_per_chunk, windows - done)
+        ts = start + (np.arange(done, done + n, dtype=np.int64) * int(WINDOW_S * 1e6))
+        values = (np.tile(base, n) * rng.uniform(0.8, 1.2, n * per_window)).round(1)
+        table = pa.table({
+            "ts": pa.array(np.repeat(ts, per_window), pa.timestamp("us", tz="UTC")),
+            "window_s": pa.array(np.full(n * per_window, WINDOW_S)),
+            "job": pa.array(np.full(n * per_window, "bench", dtype=object), pa.string()),
+            "operator": pa.array(np.tile(ops, n), pa.string()),
+            "instance": pa.array(np.tile(inst, n), pa.int32()),
+            "metric": pa.array(np.tile(metrics, n), pa.string()),
+            "value": pa.array(values),
+            "target": pa.array(np.tile(targets, n), pa.string()),
+        }, schema=RAW_SCHEMA)
+        path = out_dir / f"raw-{len(files):04d}.parquet"
+        pq.write_table(table, path)
+        files.append(str(path))
+        done += n
+    return windows * per_window, files
+
+
+# --------------------------------------------------------------------------- pyarrow baseline
+def pyarrow_operator_windows(files: list[str], window_s: float) -> pa.Table:
+    """operator_windows (the columns the model needs) with pyarrow only, everything in memory.
+
+    Same definitions as ``history.pipeline``: sources are operators with source_lag or no incoming
+    edge; processed = records_in (records_out for sources without records_in); service time =
+    busy ms / processed; fractions per instance over the seconds measured.
+    """
+    raw = pa.concat_tables([pq.read_table(f) for f in files])
+    width = int(window_s * 1e6)
+    micros = pc.cast(raw["ts"], pa.int64())
+    start = pc.multiply(pc.divide(micros, width), width)  # integer division: epoch-aligned window
+    metric, value = raw["metric"], raw["value"]
+    cols = {"w": start, "job": raw["job"], "operator": raw["operator"], "instance": raw["instance"]}
+    for name in ("records_in", "busy_ms", "backpressured_ms", "queue_len", "source_lag"):
+        cols[name] = pc.if_else(pc.equal(metric, name), value, None)
+    is_out = pc.equal(metric, "records_out")
+    cols["records_out"] = pc.if_else(is_out, value, None)
+    cols["busy_s"] = pc.if_else(pc.equal(metric, "busy_ms"), raw["window_s"], None)
+    cols["bp_s"] = pc.if_else(pc.equal(metric, "backpressured_ms"), raw["window_s"], None)
+    wide = pa.table(cols)
+    keys = ["w", "job", "operator", "instance"]
+    iw = wide.group_by(keys).aggregate([
+        ("records_in", "sum"), ("records_out", "sum"), ("busy_ms", "sum"), ("backpressured_ms", "sum"),
+        ("busy_s", "sum"), ("bp_s", "sum"), ("queue_len", "mean"), ("source_lag", "max"),
+    ])
+    del wide, cols
+    edges = pa.table({"job": raw["job"], "operator": raw["operator"], "target": raw["target"]}) \
+        .filter(pc.and_(is_out, pc.is_valid(raw["target"]))).group_by(["job", "target"]).aggregate([])
+    targets = {(j, t) for j, t in zip(edges["job"].to_pylist(), edges["target"].to_pylist())}
+    edge_jobs = {j for j, _ in targets}
+    busy_frac = pc.divide(iw["busy_ms_sum"], pc.multiply(iw["busy_s_sum"], 1000.0))
+    bp_frac = pc.divide(iw["backpressured_ms_sum"], pc.multiply(iw["bp_s_sum"], 1000.0))
+    iw = iw.append_column("busy_frac", busy_frac).append_column("bp_frac", bp_frac)
+    ops = iw.group_by(["w", "job", "operator"]).aggregate([
+        ("instance", "count"), ("records_in_sum", "sum"), ("records_in_sum", "max"),
+        ("records_out_sum", "sum"), ("records_out_sum", "max"), ("busy_ms_sum", "sum"),
+        ("busy_frac", "mean"), ("busy_frac", "max"), ("bp_frac", "mean"), ("queue_len_mean", "mean"),
+        ("source_lag_max", "count"),
+    ])
+    lagged = {(j, o) for j, o, n in zip(ops["job"].to_pylist(), ops["operator"].to_pylist(),
+                                         ops["source_lag_max_count"].to_pylist()) if n}
+    is_source = pa.array([(j, o) in lagged or (j in edge_jobs and (j, o) not in targets)
+                          for j, o in zip(ops["job"].to_pylist(), ops["operator"].to_pylist())])
+    rin, rout = ops["records_in_sum_sum"], ops["records_out_sum_sum"]
+    from_out = pc.and_(is_source, pc.or_(pc.is_null(rin), pc.equal(pc.fill_null(rin, 0.0), 0.0)))
+    processed = pc.if_else(from_out, rout, rin)
+    share = pc.if_else(from_out, pc.divide(ops["records_out_sum_max"], rout),
+                       pc.divide(ops["records_in_sum_max"], rin))
+    return pa.table({
+        "window_start": pc.cast(ops["w"], pa.timestamp("us", tz="UTC")), "job": ops["job"],
+        "operator": ops["operator"], "is_source": is_source,
+        "parallelism": ops["instance_count"],
+        "processed_rate": pc.divide(processed, window_s),
+        "busy_fraction_mean": ops["busy_frac_mean"], "busy_fraction_max": ops["busy_frac_max"],
+        "service_time_ms": pc.divide(ops["busy_ms_sum_sum"], processed),
+        "backpressure_fraction": ops["bp_frac_mean"], "queue_len_mean": ops["queue_len_mean_mean"],
+        "max_instance_share": share,
+    })
+
+
+def _baseline_child(files_json: str, out: str, memory_bytes: int) -> None:
+    if memory_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    files = json.loads(files_json)
+    started = time.perf_counter()
+    table = pyarrow_operator_windows(files, WINDOW_S)
+    seconds = time.perf_counter() - started
+    pq.write_table(table, out)
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"seconds": seconds, "peak_rss_mb": peak_kb / 1024}))
+
+
+def run_baseline(files: list[str], out: Path, memory: str | None) -> dict:
+    limit = _bytes(memory) if memory else 0
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
+            f"from bench_history import _baseline_child; "
+            f"_baseline_child({json.dumps(json.dumps(files))}, {str(out)!r}, {limit})")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["killed"])[-1]
+        return {"fits": False, "error": tail[:200]}
+    return {"fits": True, **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def _bytes(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower()
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+
+
+def run_spark(files: list[str], out: Path, driver_memory: str | None, master: str) -> dict:
+    from history.pipeline import summarize
+    from history.spark import spark_session
+    from history.summarize import raw_spark_schema
+
+    started = time.perf_counter()
+    spark = spark_session(master=master, app_name="augury-bench", driver_memory=driver_memory)
+    startup = time.perf_counter() - started
+    started = time.perf_counter()
+    raw = spark.read.schema(raw_spark_schema()).parquet(*files)
+    summarize(raw, WINDOW_S).operator_windows.write.mode("overwrite").parquet(str(out))
+    seconds = time.perf_counter() - started
+    spark.stop()
+    return {"seconds": seconds, "startup_seconds": startup}
+
+
+def compare(spark_out: Path, baseline_out: Path) -> float:
+    """Largest relative difference of the shared numeric columns (after sorting by key)."""
+    import pandas as pd
+
+    a = pd.read_parquet(spark_out).sort_values(["window_start", "operator"]).reset_index(drop=True)
+    b = pd.read_parquet(baseline_out).sort_values(["window_start", "operator"]).reset_index(drop=True)
+    if len(a) != len(b):
+        return float("inf")
+    worst = 0.0
+    for col in ("processed_rate", "busy_fraction_mean", "busy_fraction_max", "service_time_ms",
+                "backpressure_fraction", "queue_len_mean", "max_instance_share", "parallelism"):
+        x, y = a[col].astype(float).to_numpy(), b[col].astype(float).to_numpy()
+        both = ~(np.isnan(x) & np.isnan(y))
+        if (np.isnan(x[both]) | np.isnan(y[both])).any():
+            return float("inf")
+        diff = np.abs(x[both] - y[both]) / np.maximum(np.abs(y[both]), 1e-12)
+        worst = max(worst, float(diff.max(initial=0.0)))
+    return worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=float, default=1.0, help="millions of raw rows (default 1)")
+    parser.add_argument("--driver-memory", default=None, help="Spark driver memory, e.g. 2g")
+    parser.add_argument("--baseline-memory", default=None,
+                        help="address-space cap of the pyarrow baseline (default: the driver memory)")
+    parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument("--workdir", default=None, help="where to write data (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated data")
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="augury-bench-"))
+    (workdir / "raw").mkdir(parents=True, exist_ok=True)
+    try:
+        t = time.perf_counter()
+        rows, files = generate(int(args.rows * 1_000_000), workdir / "raw")
+        print(f"generated {rows:,} raw rows in {len(files)} file(s) in {time.perf_counter() - t:.1f} s "
+              f"({sum(os.path.getsize(f) for f in files) / 2**20:,.0f} MiB Parquet)")
+        sample = pq.read_table(files[0])
+        in_memory = sample.nbytes / sample.num_rows * rows
+        print(f"raw table in memory (Arrow): ~{in_memory / 2**30:.2f} GiB")
+        spark = run_spark(files, workdir / "spark_ow", args.driver_memory, args.spark_master)
+        print(f"spark   {spark['seconds']:8.1f} s  {rows / spark['seconds']:>12,.0f} rows/s  "
+              f"(JVM start excluded: {spark['startup_seconds']:.1f} s; driver memory "
+              f"{args.driver_memory or os.environ.get('AUGURY_SPARK_DRIVER_MEMORY', '1g')})")
+        budget = args.baseline_memory or args.driver_memory
+        base = run_baseline(files, workdir / "baseline_ow.parquet", budget)
+        if base["fits"]:
+            print(f"pyarrow {base['seconds']:8.1f} s  {rows / base['seconds']:>12,.0f} rows/s  "
+                  f"(peak RSS {base['peak_rss_mb']:,.0f} MiB; cap {budget or 'none'})")
+            diff = compare(workdir / "spark_ow", workdir / "baseline_ow.parquet")
+            print(f"ratio spark/pyarrow {spark['seconds'] / base['seconds']:.2f}x; "
+                  f"largest relative difference between the two operator_windows: {diff:.2e}")
+        else:
+            print(f"pyarrow did not fit in {budget}: {base['error']}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
