@@ -39,9 +39,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Mapping
+from typing import Callable
 
 from history.adapters.flink_rest import RATE_METRICS
 from scheduler.interfaces import MetricsBatch, MetricsUnavailable
