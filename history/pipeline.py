@@ -147,22 +147,20 @@ def _operator_stats(iw: DataFrame, edges: DataFrame) -> DataFrame:
         F.sum("source_lag").alias("source_lag"),
         *[F.avg(name).alias(name) for name in LATENCIES],
     )
-    names = ops.select("job", "operator").distinct()
-    lagged = iw.where(F.col("source_lag").isNotNull()).select("job", "operator").distinct() \
-        .withColumn("_lag", F.lit(True))
+    # Flags without re-reading ``iw``: a window over the (small) operator aggregate, joins with
+    # the (small) edge aggregate.
+    by_operator = Window.partitionBy("job", "operator")
     edge_jobs = edges.select("job").distinct().withColumn("_edges", F.lit(True))
     targets = edges.select("job", F.col("target_op").alias("operator")).distinct() \
         .withColumn("_target", F.lit(True))
-    flags = (
-        names.join(lagged, ["job", "operator"], "left")
-        .join(edge_jobs, ["job"], "left")
-        .join(targets, ["job", "operator"], "left")
-        .select("job", "operator",
-                (F.coalesce(F.col("_lag"), F.lit(False))
-                 | (F.coalesce(F.col("_edges"), F.lit(False)) & F.col("_target").isNull()))
-                .alias("is_source"))
+    ops = (
+        ops.withColumn("_lag", F.max(F.col("source_lag").isNotNull().cast("int")).over(by_operator) == 1)
+        .join(F.broadcast(edge_jobs), ["job"], "left")
+        .join(F.broadcast(targets), ["job", "operator"], "left")
+        .withColumn("is_source", F.col("_lag") | (F.coalesce(F.col("_edges"), F.lit(False))
+                                                  & F.col("_target").isNull()))
+        .drop("_lag", "_edges", "_target")
     )
-    ops = ops.join(F.broadcast(flags), ["job", "operator"], "left")
     from_out = F.col("is_source") & (F.col("records_in").isNull() | (F.col("records_in") == 0))
     return (
         ops.withColumn("processed", F.when(from_out, F.col("records_out")).otherwise(F.col("records_in")))
@@ -179,17 +177,21 @@ def _operator_stats(iw: DataFrame, edges: DataFrame) -> DataFrame:
 def summarize(raw: DataFrame, window_s: float, persist: bool = False) -> Summary:
     """Raw rows (the normalized schema) -> the three tables, windowed to ``window_s`` seconds.
 
-    ``persist=True`` keeps the per-instance windows (memory, spilling to disk) so that writing
-    the three tables scans the raw rows once; the caller unpersists (``spark.catalog.clearCache``).
+    ``persist=True`` materializes the (small) edge and operator aggregates once (two Spark
+    actions here), so that the three tables do not each re-aggregate the raw rows; the caller
+    unpersists (``spark.catalog.clearCache()``).
     """
     iw = instance_windows(raw, window_s)
     edges = edge_tuples(raw, window_s)
     if persist:
         from pyspark import StorageLevel
 
-        iw = iw.persist(StorageLevel.MEMORY_AND_DISK)
         edges = edges.persist(StorageLevel.MEMORY_AND_DISK)
+        edges.count()
     ops = _operator_stats(iw, edges)
+    if persist:
+        ops = ops.persist(StorageLevel.MEMORY_AND_DISK)
+        ops.count()
 
     edge_windows = (
         edges.join(ops.select("window_start", "job", F.col("operator").alias("source_op"),

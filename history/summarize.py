@@ -15,7 +15,7 @@ from typing import Mapping
 
 from history.errors import HistoryError
 from history.pipeline import resolve_window, summarize
-from history.schema import RAW_SCHEMA, TABLES
+from history.schema import TABLES
 from history.store import MetricStore
 
 

@@ -80,7 +80,7 @@ def test_summarize_without_a_store_is_exit_2(tmp_path, capsys):
 
 
 @pytest.mark.spark
-def test_summarize_writes_the_three_tables(tmp_path, capsys, spark):
+def test_summarize_writes_the_three_tables(tmp_path, capsys, small_spark):
     store = str(tmp_path / "s")
     run(capsys, "ingest", "--format", "flink-rest", str(FIXTURES / "flink_rest_capture.json"),
         "--store", store)

@@ -17,13 +17,9 @@ T1 = T0 + timedelta(seconds=10)
 T2 = T0 + timedelta(seconds=20)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _small_data_conf(spark):
-    """Whole-stage code generation costs seconds per query and buys nothing on a few rows."""
-    before = spark.conf.get("spark.sql.codegen.wholeStage")
-    spark.conf.set("spark.sql.codegen.wholeStage", "false")
+@pytest.fixture(autouse=True)
+def _small(small_spark):
     yield
-    spark.conf.set("spark.sql.codegen.wholeStage", before)
 
 
 def raw_frame(spark, rows):
