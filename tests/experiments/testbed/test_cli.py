@@ -1,0 +1,85 @@
+"""``augury testbed run``: outputs, schema, exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from augury.cli import main
+from history.schema import RAW_SCHEMA
+from tests.conftest import EXAMPLES
+
+WC = str(EXAMPLES / "wordcount.yaml")
+
+
+def test_run_writes_metrics_events_and_summary(tmp_path, capsys):
+    faults = tmp_path / "f.yaml"
+    faults.write_text("faults: [{type: rescale, at_s: 10, config: {count: 3}}]\n")
+    out = tmp_path / "out"
+    code = main(["testbed", "run", WC, "--rate", "500", "--duration", "30s", "--out", str(out),
+                 "--seed", "4", "--faults", str(faults), "--restart", "5s", "--json", "--no-progress"])
+    assert code == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["config"]["count"] == 3 and info["conservation"]["balanced"]
+    table = pq.read_table(out / "metrics.parquet")
+    assert table.schema.equals(RAW_SCHEMA)
+    csv = pd.read_csv(out / "metrics.csv")
+    assert len(csv) == table.num_rows and list(csv.columns) == RAW_SCHEMA.names
+    assert csv.ts.iloc[0] == "2026-01-01T00:00:00.000000Z"
+    events = pd.read_csv(out / "events.csv")
+    assert list(events.event) == ["run_start", "reconfigure", "restart_done"]
+
+
+def test_same_seed_same_files(tmp_path):
+    for name in ("a", "b"):
+        assert main(["testbed", "run", WC, "--rate", "300", "--duration", "20s", "--out",
+                     str(tmp_path / name), "--seed", "9", "--no-progress"]) == 0
+    assert (tmp_path / "a" / "metrics.csv").read_text() == (tmp_path / "b" / "metrics.csv").read_text()
+
+
+def test_trace_run(tmp_path, traces_dir, capsys):
+    code = main(["testbed", "run", WC, "--trace", str(traces_dir / "nab_nyc_taxi.csv"), "--speedup", "360",
+                 "--peak-rate", "800", "--duration", "60s", "--out", str(tmp_path), "--no-progress"])
+    assert code == 0
+    assert "windows" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--rate", "100", "--duration=-5s"], "--duration"),
+    (["--rate", "100", "--duration", "0s"], "--duration"),
+    (["--rate", "abc", "--duration", "5s"], "--rate"),
+    (["--rate", "100", "--duration", "5s", "--config", "count=0"], "config.count"),
+    (["--rate", "100", "--duration", "5s", "--seed", "x"], "--seed"),
+    (["--trace", "/nonexistent/trace.csv", "--duration", "5s"], "trace.csv"),
+    (["--rate", "100", "--duration", "5s", "--speedup", "10"], "--trace"),
+])
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, needle):
+    code = main(["testbed", "run", WC, *args, "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("augury testbed: error:") and err.count("\n") == 1 and needle in err
+
+
+@pytest.mark.parametrize("fault, needle", [
+    ("faults: [{type: slow_instance, operator: split, instance: 7, factor: 2, start_s: 1}]", "no such instance"),
+    ("faults: [{type: slow_instance, operator: split, instance: 0, factor: 2, start_s: -1}]", "negative"),
+    ("faults: [{type: typo, start_s: 1}]", "unknown fault type"),
+])
+def test_bad_fault_file_exits_2(tmp_path, capsys, fault, needle):
+    path = tmp_path / "f.yaml"
+    path.write_text(fault)
+    code = main(["testbed", "run", WC, "--rate", "100", "--duration", "5s", "--faults", str(path),
+                 "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_unreadable_trace_exits_2(tmp_path, capsys):
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,value\nyesterday,1\n")
+    code = main(["testbed", "run", WC, "--trace", str(path), "--duration", "5s", "--out", str(tmp_path / "o"),
+                 "--no-progress"])
+    assert code == 2 and "unreadable trace" in capsys.readouterr().err
