@@ -24,7 +24,7 @@ What is modelled (``../shared/DESIGN.md`` section 2), and the assumptions:
    ``cd2 = rho^2 cs2 + (1-rho^2) ca2`` applied to the operator's whole stream (its instances'
    outputs merge again downstream, and re-merged round-robin substreams are the original stream);
    selectivity emits a clump of B tuples per processed tuple
-   (B = floor(s) or floor(s)+1, mean s; Bernoulli thinning when s < 1), which raises the tuple
+   (B ~ Poisson(s) when s > 1, like words per line; Bernoulli thinning when s <= 1), which raises the tuple
    stream's index of dispersion ``I = cd2*s + Var(B)/s`` and adds the in-clump wait
    ``E[S] (m-1)/2`` with ``m = E[B^2]/E[B]`` (the exact M^X/G/1 term); key splitting is random
    thinning (``I' = sigma I + 1 - sigma``), round-robin divides ``I`` by p; merging streams
@@ -167,7 +167,7 @@ class _Edge:
     grouping: str
     selectivity: float
     batch_var: float
-    """Var(B) of the clump emitted per processed tuple (B = floor(s) or floor(s)+1)."""
+    """Var(B) of the clump emitted per processed tuple: s for s > 1 (Poisson), s(1-s) for s <= 1."""
     table: np.ndarray | None
     """Key-grouping share table [p, instance] (``modeler.keys.share_table``)."""
 
@@ -224,12 +224,12 @@ def compile_model(model: JobModel) -> CompiledModel:
     in_edges: list[list[_Edge]] = [[] for _ in order]
     for e in model.edges:
         s = e.selectivity
-        frac = s - np.floor(s)
+        batch_var = s if s > 1 else s * (1 - s)
         table = None
         if e.grouping == "key":
             table = share_table(e.keys, model.operator(e.target).max_parallelism)
         in_edges[index[e.target]].append(
-            _Edge(index[e.source], index[e.target], e.grouping, s, float(frac * (1 - frac)), table))
+            _Edge(index[e.source], index[e.target], e.grouping, s, float(batch_var), table))
     forward = nx.Graph()
     forward.add_nodes_from(range(len(order)))
     forward.add_edges_from((index[e.source], index[e.target]) for e in model.edges if e.grouping == "forward")
@@ -415,7 +415,7 @@ def predict_batch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.nda
                 if s <= 0:
                     continue
                 disp_e = stream_out[:, e.u] * s + e.batch_var / s      # tuple stream of the edge
-                clump_e = np.full(n, s + e.batch_var / s) if s >= 1 else np.ones(n)
+                clump_e = np.full(n, s + e.batch_var / s) if s > 1 else np.ones(n)
                 rate_e = edge_flow[(e.u, v)] * throughput               # into the whole operator
                 stream_num += rate_e * disp_e
                 stream_den += rate_e

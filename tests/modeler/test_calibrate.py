@@ -117,7 +117,9 @@ def test_constant_service_time_stays_linear():
     assert Calibrator().fit(ops, edges).operators_["a"].scaling.form == "linear"
 
 
-def test_scv_from_queue_lengths_inverts_pollaczek_khinchine():
+def test_scv_from_queue_lengths_reproduces_pollaczek_khinchine():
+    # src (1 instance, Poisson) -> a (1 instance, 1 ms): a is an M/G/1 queue, so the SCV for which
+    # the model reproduces the measured mean queue length is the P-K inversion.
     scv = 0.5
     rows = []
     for rho in (0.4, 0.5, 0.6, 0.7, 0.8):
@@ -125,8 +127,13 @@ def test_scv_from_queue_lengths_inverts_pollaczek_khinchine():
         rows.append({"parallelism": 1, "processed_rate": rho * 1000, "busy_fraction_mean": rho,
                      "service_time_ms": 1.0, "queue_len_mean": lq})
     ops, edges = _chain_history(rows)
+    for i, row in enumerate(rows):  # the source delivers what a processes, a emits 2 per tuple
+        rate = row["processed_rate"]
+        ops.loc[(ops["operator"] == "src") & (ops.index == i), "processed_rate"] = rate
+        edges.loc[(edges["source_op"] == "src") & (edges.index == 2 * i), "rate"] = rate
+        edges.loc[(edges["source_op"] == "a") & (edges.index == 2 * i + 1), "rate"] = 2 * rate
     fit = Calibrator().fit(ops, edges).operators_["a"].service_scv
-    assert fit.value == pytest.approx(scv) and fit.source == "measured"
+    assert fit.value == pytest.approx(scv) and fit.source == "measured" and fit.samples == 5
 
 
 def test_key_distribution_is_recovered_through_key_groups():

@@ -1,0 +1,114 @@
+"""Record metric history on the testbed and learn a model from it, through the real pipeline.
+
+testbed (normalized raw rows) -> ``augury ingest`` (validation, quarantine, Parquet store) ->
+``augury history summarize`` (Spark) -> ``modeler.calibrate``. Used by the calibration
+acceptance tests, the experiments and the demo. Rates in tuples/s, durations in simulated seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from modeler.modelfile import JobModel
+from modeler.queueing import predict
+
+
+@dataclass(frozen=True)
+class RecordingRun:
+    """One stretch of history: a configuration held at a constant input rate."""
+
+    config: Mapping[str, int]
+    rate: float
+    seconds: float = 60.0
+
+
+def load_plan(model: JobModel, configs: Sequence[Mapping[str, int]],
+              utilizations: Sequence[float] = (0.3, 0.55, 0.8), seconds: float = 60.0) -> list[RecordingRun]:
+    """Runs at the given bottleneck utilizations (by the model) for each configuration."""
+    runs = []
+    for config in configs:
+        capacity = predict(model, config, 0.0).max_rate
+        runs.extend(RecordingRun(dict(config), u * capacity, seconds) for u in utilizations)
+    return runs
+
+
+def record(model: JobModel, runs: Sequence[RecordingRun], *, seed: int = 1, warmup_s: float = 10.0,
+           testbed_config=None) -> pd.DataFrame:
+    """Simulate each run on a fresh testbed and return all complete windows (normalized rows).
+
+    Runs are laid end to end on the wall clock (their own start times), so their windows never
+    collide in the store. The first ``warmup_s`` of each run (queues filling) are dropped.
+    """
+    from experiments.testbed import Testbed, TestbedConfig
+
+    base = testbed_config or TestbedConfig()
+    start = pd.Timestamp(base.start_time)
+    frames = []
+    for k, run in enumerate(runs):
+        cfg = replace(base, seed=seed + k, start_time=start.isoformat())
+        bed = Testbed(model, run.rate, cfg, parallelism=run.config)
+        bed.advance(warmup_s + run.seconds)
+        frame = bed.frame()
+        frames.append(frame[frame["ts"] >= start + pd.Timedelta(seconds=warmup_s)])
+        start = start + pd.Timedelta(seconds=warmup_s + run.seconds + 3600)
+    return pd.concat(frames, ignore_index=True)
+
+
+def ingest_and_summarize(raw: pd.DataFrame, store_dir: str | Path, *, spark=None, window_s: float | None = None):
+    """Write ``raw`` through ``augury ingest`` into a store and summarize it with Spark."""
+    from history.ingest import ingest
+    from history.summarize import summarize_store
+
+    store_dir = Path(store_dir)
+    store_dir.mkdir(parents=True, exist_ok=True)
+    path = store_dir.parent / f"{store_dir.name}-raw.parquet"
+    raw.to_parquet(path, index=False)
+    report = ingest([path], "normalized", store_dir)
+    summary = summarize_store(store_dir, window_s=window_s, spark=spark)
+    return report, summary
+
+
+def calibrate_store(store_dir: str | Path, job: str, topology: JobModel | None = None, config=None):
+    """The fitted ``Calibrator`` for ``job`` from a summarized store."""
+    from history.store import MetricStore
+    from modeler.calibrate import Calibrator
+
+    store = MetricStore(store_dir)
+    return Calibrator(config).fit(store.operator_windows(job), store.edge_windows(job), topology, job=job)
+
+
+def measure_max_rate(model: JobModel, config: Mapping[str, int], *, overload: float = 1.6,
+                     seconds: float = 60.0, warmup_s: float = 20.0, seed: int = 99, testbed_config=None) -> float:
+    """The testbed's max sustainable input rate of ``config``: drive it above capacity and
+    measure what the sources manage to push (back pressure throttles them to the bottleneck)."""
+    from experiments.testbed import Testbed, TestbedConfig
+
+    offered = overload * predict(model, config, 0.0).max_rate
+    cfg = replace(testbed_config or TestbedConfig(), seed=seed)
+    bed = Testbed(model, offered, cfg, parallelism=config)
+    bed.advance(warmup_s + seconds)
+    frame = bed.frame()
+    start = frame["ts"].min() + pd.Timedelta(seconds=warmup_s)
+    frame = frame[frame["ts"] >= start]
+    sources = [op.name for op in model.sources]
+    rows = frame[frame["operator"].isin(sources) & (frame["metric"] == "records_in")]
+    windows = rows["ts"].nunique()
+    return float(rows["value"].sum() / (windows * cfg.window_s)) if windows else float("nan")
+
+
+def truth_errors(truth: JobModel, fitted: JobModel) -> dict[str, float]:
+    """Relative errors of fitted service times and selectivities against the true model."""
+    out = {}
+    for op in truth.operators:
+        if op.service_time_ms is not None:
+            out[f"service_time_ms.{op.name}"] = fitted.operator(op.name).service_time_ms / op.service_time_ms - 1
+    fitted_edges = {(e.source, e.target): e for e in fitted.edges}
+    for e in truth.edges:
+        if e.selectivity > 0:
+            out[f"selectivity.{e.source}->{e.target}"] = fitted_edges[(e.source, e.target)].selectivity / e.selectivity - 1
+    return {k: float(v) for k, v in out.items() if np.isfinite(v)}
