@@ -110,5 +110,5 @@ def truth_errors(truth: JobModel, fitted: JobModel) -> dict[str, float]:
     fitted_edges = {(e.source, e.target): e for e in fitted.edges}
     for e in truth.edges:
         if e.selectivity > 0:
-            out[f"selectivity.{e.source}->{e.target}"] = fitted_edges[(e.source, e.target)].selectivity / e.selectivity - 1
+            out[f"selectivity.{e.source}.{e.target}"] = fitted_edges[(e.source, e.target)].selectivity / e.selectivity - 1
     return {k: float(v) for k, v in out.items() if np.isfinite(v)}

@@ -51,9 +51,3 @@ def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
-
-
-def test_demo_runs(capsys):
-    assert main(["demo", "--quick", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert set(out["examples"]) == {"wordcount", "diamond", "clickstream"}

@@ -1,0 +1,310 @@
+"""``augury demo``: the whole product on the bundled WordCount job and a real trace.
+
+1. **History.** The WordCount job runs on the testbed (the ground truth) at two configurations and
+   several loads; its metrics go through ``augury ingest`` and the Spark pipeline.
+2. **Calibrate** a model from that history (``modeler.calibrate``) and compare it with the truth.
+3. **Forecast** the job's input rate for the next day from three weeks of the real NYC-taxi trace
+   (scaled onto the job's capacity) at the 0.9 quantile (``modeler.forecast``).
+4. **Plan pre-emptively**: for every forecast interval, the fewest instances keeping every
+   instance at or below the utilization target for the highest forecast load of the next
+   ``lookahead`` (so a change is in place before the peak), issued ``lead time`` early.
+5. **Replay** the next day, time-compressed, on the testbed closed-loop for augury's schedule, the
+   Flink-autoscaler rules (reactive, DS2-based, with their defaults scaled by the compression) and
+   static peak provisioning; report SLO-violation minutes, instance-hours and reconfigurations.
+
+Everything is logged to one mlflow run. Times in the report are trace (wall-clock) time.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from modeler.modelfile import JobModel
+from modeler.queueing import compile_model, predict, predict_batch
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """What the demo runs. Every field has a default."""
+
+    model_file: str = "examples/wordcount.yaml"
+    trace_file: str = "../shared/traces/nab_nyc_taxi.csv"
+    history_start: str = "2014-07-01"
+    """First day of forecasting history (trace time)."""
+    replay_day: str = "2014-07-22"
+    """The day replayed closed-loop (trace time); history ends where it starts."""
+    peak_over_capacity: float = 1.6
+    """The trace's peak is scaled to this multiple of the model's current max_rate."""
+    speedup: float = 480.0
+    """Trace seconds per simulated second in the replay (480: a day in 3 simulated minutes)."""
+    window_s: float = 2.0
+    """Replay metrics window, simulated seconds."""
+    restart_s: float = 30.0
+    """Engine restart time per reconfiguration, trace seconds."""
+    utilization_target: float = 0.7
+    quantile: float = 0.9
+    lead_time_s: float = 600.0
+    """Reconfigurations are issued this long (trace s) before the forecast load needs them."""
+    lookahead_s: float = 7200.0
+    """Each interval is planned for the highest forecast of the next lookahead (trace s)."""
+    latency_slo_ms: float = 50.0
+    """A window violates the SLO when its sink p99 latency exceeds this or input backs up."""
+    record_seconds: float = 30.0
+    """Simulated seconds per history run (2 configurations x 3 loads)."""
+    seed: int = 7
+    out_dir: str | None = None
+    spark_master: str = "local[2]"
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    policy: str
+    violation_minutes: float
+    instance_hours: float
+    reconfigurations: int
+    windows: int
+    timeline: pd.DataFrame = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class DemoReport:
+    calibration_errors: Mapping[str, float]
+    calibration_trust: float
+    forecast_method: str
+    schedule: pd.DataFrame
+    results: tuple[PolicyResult, ...]
+    plots: tuple[str, ...]
+    mlflow_run_id: str | None
+    out_dir: str
+
+
+# ----------------------------------------------------------------- planning
+
+
+def minimal_config(model: JobModel, rate: float, utilization_target: float) -> dict[str, int]:
+    """Fewest instances per operator keeping every instance at or below the utilization target.
+
+    Below saturation an operator's hottest-instance utilization depends only on its own
+    parallelism (arrival rates follow from the input rate), so the per-operator minima are the
+    optimum of this utilization-only problem. Operators tied by forward edges take their
+    group's maximum. Raises ``InfeasibleDemo`` when an operator cannot meet the target.
+    """
+    compiled = compile_model(model)
+    names = compiled.names
+    config = {}
+    for j, name in enumerate(names):
+        op = model.operator(name)
+        lo, hi = op.min_parallelism, op.max_parallelism
+        if op.is_source and op.service_time_ms is None:
+            config[name] = op.parallelism
+            continue
+        candidates = np.tile(np.array([model.config[n] for n in names]), (hi - lo + 1, 1))
+        candidates[:, j] = np.arange(lo, hi + 1)
+        batch = predict_batch(compiled, candidates, np.full(len(candidates), rate))
+        ok = np.flatnonzero(batch.max_utilization[:, j] * np.maximum(1.0, rate / np.maximum(
+            batch.throughput, 1e-12)) <= utilization_target)
+        if not len(ok):
+            raise InfeasibleDemo(f"{name}: even {hi} instances exceed utilization {utilization_target}")
+        config[name] = int(lo + ok[0])
+    for group in compiled.forward_groups:
+        top = max(config[names[j]] for j in group)
+        for j in group:
+            config[names[j]] = top
+    return config
+
+
+class InfeasibleDemo(RuntimeError):
+    pass
+
+
+def preemptive_schedule(model: JobModel, forecast: pd.Series, cfg: DemoConfig) -> pd.DataFrame:
+    """Timeline of configurations: at each forecast step, the minimal config for the highest
+    forecast load of the next lookahead; changes issued ``lead_time`` early (trace time)."""
+    step = (forecast.index[1] - forecast.index[0]).total_seconds()
+    ahead = max(1, int(math.ceil(cfg.lookahead_s / step)))
+    values = forecast.to_numpy(float)
+    rows = []
+    previous = None
+    for k, ts in enumerate(forecast.index):
+        need = float(values[k:k + ahead].max())
+        config = minimal_config(model, need, cfg.utilization_target)
+        if config != previous:
+            rows.append({"needed_at": ts, "issue_at": ts - pd.Timedelta(seconds=cfg.lead_time_s),
+                         "planned_rate": need, "config": config,
+                         "instances": sum(v for n, v in config.items() if not model.operator(n).is_source)})
+            previous = config
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ replay
+
+
+def replay(truth: JobModel, load, cfg: DemoConfig, initial: Mapping[str, int], policy_name: str,
+           decide: Callable[[float, dict, dict], dict | None], duration_s: float) -> PolicyResult:
+    """Run the testbed over the first ``duration_s`` simulated seconds of ``load`` with
+    ``decide(now_trace_s, stats, config)`` called after each window."""
+    from experiments.baselines import window_stats
+    from experiments.testbed import Testbed, TestbedConfig
+    from scheduler.interfaces import MetricsUnavailable
+
+    tb_cfg = TestbedConfig(seed=cfg.seed, window_s=cfg.window_s, restart_s=cfg.restart_s / cfg.speedup,
+                           restart_scope="job")
+    bed = Testbed(truth, load, tb_cfg, parallelism=initial)
+    end = min(load.end_s, duration_s)
+    rows = []
+    lag_before: dict[str, float] = {}
+    reconfigs = 0
+    since = None
+    while bed.now_s < end - 1e-9:
+        bed.advance(min(cfg.window_s, end - bed.now_s))
+        try:
+            batch = bed.read(since)  # only windows completed since the last read
+        except MetricsUnavailable:
+            continue
+        since = batch.as_of_s
+        frame = batch.to_frame()
+        last = frame[frame["ts"] == frame["ts"].max()]
+        stats = window_stats(last, cfg.window_s, lag_before)
+        lag_before = {op: s.backlog for op, s in stats.items()}
+        config = bed.current()
+        p99 = last[last["metric"] == "latency_ms_p99"]["value"]
+        sources = [op.name for op in truth.sources]
+        backlog = sum(stats[s].backlog for s in sources if s in stats)
+        arrived = sum(stats[s].arrival_rate for s in sources if s in stats)
+        violated = bool((len(p99) and float(p99.max()) > cfg.latency_slo_ms) or backlog > arrived * 1.0)
+        now_trace = bed.now_s * cfg.speedup
+        rows.append({"t_trace_s": now_trace, "rate": load.rate_at(bed.now_s - cfg.window_s / 2),
+                     "instances": sum(v for n, v in config.items() if not truth.operator(n).is_source),
+                     "capacity": predict(truth, config, 0.0).max_rate,
+                     "p99_ms": float(p99.max()) if len(p99) else float("nan"), "backlog": backlog,
+                     "violated": violated})
+        new = decide(now_trace, stats, config)
+        if new and new != config:
+            result = bed.apply(new, reason=policy_name)
+            reconfigs += int(result.applied)
+    timeline = pd.DataFrame(rows)
+    window_trace_s = cfg.window_s * cfg.speedup
+    return PolicyResult(
+        policy=policy_name,
+        violation_minutes=float(timeline["violated"].sum() * window_trace_s / 60.0),
+        instance_hours=float(timeline["instances"].sum() * window_trace_s / 3600.0),
+        reconfigurations=reconfigs, windows=len(timeline), timeline=timeline)
+
+
+# -------------------------------------------------------------------- the run
+
+
+def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoReport:
+    from experiments import tracking
+    from experiments.baselines import FlinkAutoscalerPolicy
+    from experiments.recording import calibrate_store, ingest_and_summarize, load_plan, record, truth_errors
+    from experiments.testbed import load_trace
+    from history.series import load_series
+    from history.spark import spark_session
+    from modeler.forecast import Forecaster
+    from modeler.modelfile import load_model, to_graph
+
+    out = Path(cfg.out_dir or tempfile.mkdtemp(prefix="augury-demo-"))
+    out.mkdir(parents=True, exist_ok=True)
+    truth = load_model(cfg.model_file)
+    base_capacity = predict(truth, None, 0.0).max_rate
+
+    # 1-2. History on the testbed -> ingest -> Spark -> calibrate.
+    progress(f"[1/5] recording history of '{truth.job}' on the testbed (2 configurations x 3 loads)")
+    bigger = {op.name: min(op.max_parallelism, op.parallelism * 2) for op in truth.operators if not op.is_source}
+    raw = record(truth, load_plan(truth, [{}, bigger], seconds=cfg.record_seconds), seed=cfg.seed)
+    progress(f"[2/5] ingest + Spark summarize ({len(raw):,} metric rows) and calibrate")
+    spark = spark_session(master=cfg.spark_master, app_name="augury-demo")
+    try:
+        ingest_and_summarize(raw, out / "store", spark=spark)
+    finally:
+        spark.stop()
+    calibrator = calibrate_store(out / "store", truth.job)
+    model = calibrator.model_
+    errors = truth_errors(truth, model)
+    (out / "calibrated.yaml").write_text(__import__("modeler.modelfile", fromlist=["dump_model"]).dump_model(model))
+
+    # 3. Forecast the next day from the trace history (scaled onto the job's capacity).
+    progress("[3/5] forecasting the next day from the real trace (quantile "
+             f"{cfg.quantile}) and planning pre-emptively")
+    series = load_series(cfg.trace_file)
+    step_s = float(np.median(np.diff(series.index.asi8)) / 1e9)
+    day0 = pd.Timestamp(cfg.replay_day)
+    span = series[(series.index >= pd.Timestamp(cfg.history_start)) & (series.index < day0 + pd.Timedelta(days=1))]
+    scale = cfg.peak_over_capacity * base_capacity / float((span / step_s).max())
+    rates = series / step_s * scale
+    history = rates[(rates.index >= pd.Timestamp(cfg.history_start)) & (rates.index < day0)]
+    result = Forecaster(method="auto").fit(history)
+    steps = int(round(86400 / step_s))
+    fc = result.forecast(steps, quantiles=(cfg.quantile,))
+    forecast = pd.Series(np.asarray(fc.quantiles[cfg.quantile], float), index=pd.DatetimeIndex(fc.timestamps))
+    schedule = preemptive_schedule(model, forecast, cfg)
+    schedule.to_csv(out / "schedule.csv", index=False)
+
+    # 5. Replay the day closed-loop for each policy.
+    load = load_trace(cfg.trace_file, speedup=cfg.speedup, scale=scale, start=str(day0),
+                      duration_s=86400 / cfg.speedup)
+    peak_config = minimal_config(model, float(forecast.max()), cfg.utilization_target)
+    issue_s = [((row.issue_at - day0).total_seconds(), row.config) for row in schedule.itertuples()]
+
+    def augury_decide(now_s, stats, config):
+        due = [c for t, c in issue_s if t <= now_s + cfg.window_s * cfg.speedup]
+        return dict(due[-1]) if due else None
+
+    graph = to_graph(truth)
+    flink = FlinkAutoscalerPolicy(graph, time_scale=cfg.speedup)
+    initial = dict(issue_s[0][1]) if issue_s else truth.config
+    results = []
+    for name, decide, start in (("augury", augury_decide, initial),
+                                ("flink-autoscaler", lambda t, s, c: flink.decide(t, s, c), truth.config),
+                                ("static-peak", lambda t, s, c: None, peak_config)):
+        progress(f"[4/5] replaying {day0.date()} closed-loop: {name}")
+        results.append(replay(truth, load, cfg, start, name, decide, duration_s=86400 / cfg.speedup))
+
+    progress("[5/5] report")
+    plots = _plots(out, forecast, rates[(rates.index >= day0) & (rates.index < day0 + pd.Timedelta(days=1))],
+                   results, day0)
+    run_id = None
+    with tracking.start_run("augury-demo", run_name=f"{truth.job}-{day0.date()}") as run:
+        tracking.log_params({k: v for k, v in cfg.__dict__.items()})
+        tracking.log_metrics({"calibration_error": errors, "calibration_trust": calibrator.trust_,
+                              **{f"{r.policy}.{k}": getattr(r, k) for r in results
+                                 for k in ("violation_minutes", "instance_hours", "reconfigurations")}})
+        for p in plots:
+            tracking.log_artifact(p)
+        tracking.log_artifact(out / "schedule.csv")
+        tracking.log_artifact(out / "calibrated.yaml")
+        run_id = run.info.run_id
+    return DemoReport(calibration_errors=errors, calibration_trust=calibrator.trust_,
+                      forecast_method=result.method, schedule=schedule, results=tuple(results),
+                      plots=tuple(plots), mlflow_run_id=run_id, out_dir=str(out))
+
+
+def _plots(out: Path, forecast: pd.Series, actual: pd.Series, results, day0) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    hours = lambda idx: (idx - day0).total_seconds() / 3600.0  # noqa: E731
+    ax.plot(hours(actual.index), actual.to_numpy(), color="black", lw=1.5, label="actual load")
+    ax.plot(hours(forecast.index), forecast.to_numpy(), color="gray", ls="--", label="forecast q0.9")
+    for r in results:
+        ax.step(r.timeline["t_trace_s"] / 3600.0, r.timeline["capacity"], where="post", label=f"capacity: {r.policy}")
+    ax.set_xlabel(f"hours since {day0.date()}")
+    ax.set_ylabel("tuples/s")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title("Load, forecast and capacity per policy")
+    path = out / "capacity.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [str(path)]

@@ -1,0 +1,29 @@
+"""``augury demo --quick``: the whole pipeline runs and reports what it promises."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from augury.cli import main
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_quick_demo_end_to_end(tmp_path, capsys, traces_dir):
+    assert main(["demo", "--quick", "--json", "--out", str(tmp_path / "demo")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["policies"]) == {"augury", "flink-autoscaler", "static-peak"}
+    for result in out["policies"].values():
+        assert result["instance_hours"] > 0 and result["slo_violation_minutes"] >= 0
+    # Calibration through ingest + Spark recovers the testbed's truth.
+    assert max(abs(v) for v in out["calibration"]["errors"].values()) < 0.05
+    assert out["reconfigurations_planned"] >= 1
+    assert all(Path(p).is_file() for p in out["plots"]) and out["mlflow_run_id"]
+
+
+def test_missing_trace_is_bad_input(capsys, tmp_path):
+    assert main(["demo", "--quick", "--trace", str(tmp_path / "none.csv")]) == 2
+    assert "--trace" in capsys.readouterr().err
