@@ -1,0 +1,771 @@
+"""One-step planning: the cheapest configuration that meets the targets at an input rate.
+
+Units: rates in tuples/s, times in ms.
+
+``plan(model, rate, PlanConfig(...)) -> Plan`` returns the configuration with the **fewest
+instances** over the operators whose parallelism may change (non-source operators whose
+``min_parallelism < max_parallelism``; sources and pinned operators keep the model's parallelism)
+such that at ``rate``
+
+* every instance's utilization (``max_utilization``, the hottest instance) is at most
+  ``utilization_target`` (so the job is not saturated), and
+* when ``latency_slo_ms`` is given, the end-to-end latency statistic ``latency_stat``
+  (mean, p95 or p99) is within it,
+
+with every parallelism in its operator's ``[min_parallelism, max_parallelism]``, operators joined
+by forward edges sharing one parallelism (``CompiledModel.forward_groups``; such a group of k
+operators costs k instances per unit of parallelism) and, with ``align``, key-grouped operators
+restricted to divisors of their ``max_parallelism`` (the number of key groups, so every instance
+gets the same number of key groups). Among the cheapest configurations, the one with the lowest
+latency statistic wins.
+
+How, and why it is optimal for the model (``modeler.queueing``):
+
+1. **Minimal counts from utilization.** Without broadcast edges an operator's utilization depends
+   only on its own (group's) parallelism: ``rate * visit * hot_share(p) * E[S](p)``. The hottest
+   share of a key-grouped operator is *not* monotone in p (key groups are assigned in contiguous
+   ranges, so adding an instance can put a heavier neighbour next to the hot key group), so there
+   is no closed form: starting at the bound ``p >= rate * visit * E[S] / target`` (the hottest
+   share is at least 1/p) we evaluate p upward with ``predict_batch`` and take the smallest p
+   that meets the target: ``b_g``. Every feasible configuration has ``p_g >= b_g``, so
+   ``T0 = sum b_g`` is a lower bound on the instance count, and without an SLO ``b`` is the
+   unique configuration with T0 instances: the answer. (With broadcast edges, loads downstream
+   grow with the broadcast target's parallelism; ``b_g`` is then computed with every other
+   operator at its minimum, still a valid lower bound, and every candidate is checked in full.)
+2. **Latency: best-first over the instance count, branch and bound within a count.** For
+   T = T0, T0 + 1, ... we search the configurations with exactly T instances and ``p_g >= b_g``
+   for the lowest latency; the first T with a configuration within the SLO is the answer. The
+   search assigns one group at a time (vectorized over the whole frontier with
+   ``predict_batch``). A partial assignment is pruned when a lower bound on the latency of all
+   its completions exceeds the SLO: every unassigned group is raised to the largest value the
+   remaining budget allows. That bound is valid because the model's latency is monotone
+   non-increasing in the parallelism of *monotone* groups: operators fed only by shuffle (or
+   forward, within the group) edges with linear scaling, when output batching is off (a
+   Hypothesis-tested invariant of the model, ``tests/modeler/test_queueing.py`` and
+   ``tests/scheduler/test_plan.py``). Groups without that guarantee (key-grouped, broadcast-fed,
+   contention or table scaling, or any group when buffer batching is on) are assigned first and
+   enumerated exhaustively, never relaxed. The DRS-style greedy (add an instance where latency
+   drops most per instance) gives an incumbent and an upper bound on T; it is not trusted on its
+   own: our latency is not separable (variability propagates between operators, p99 comes from a
+   fitted gamma), and the tests show it can be beaten.
+3. **Infeasibility is proven, not guessed.** An operator with no parallelism meeting the
+   utilization target (or a pinned one above it) makes the plan infeasible, and the reason names
+   it. For the SLO, the lowest latency any configuration can reach is the latency with every
+   monotone group at its maximum, minimized over the non-monotone groups' values (enumerated when
+   there are at most ``max_global_enumeration`` combinations); above the SLO, no configuration
+   exists. When the search runs out of ``max_evaluations`` first, the plan says so
+   (``optimal=False``) instead of pretending.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from modeler.modelfile import JobModel, ScalingSpec
+from modeler.queueing import (
+    LATENCY_STATS,
+    BatchPrediction,
+    CompiledModel,
+    Prediction,
+    compile_model,
+    predict_batch,
+    prediction_from_batch,
+)
+from scheduler.errors import SchedulerError
+
+_UTIL_EPS = 1e-9
+_LAT_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """Targets and search limits of ``plan``."""
+
+    utilization_target: float = 0.7
+    """Highest allowed utilization of any instance (the hottest one), in (0, 1]."""
+    latency_slo_ms: float | None = None
+    """End-to-end latency bound, ms, on ``latency_stat``; None = no latency target."""
+    latency_stat: str = "p99"
+    """mean | p95 | p99: the statistic the SLO (and the tie-break) uses."""
+    align: bool = False
+    """Key-grouped operators only at divisors of their max_parallelism (even key-group ranges)."""
+    max_evaluations: int = 500_000
+    """Budget of model evaluations (configurations) for the latency search."""
+    max_global_enumeration: int = 50_000
+    """Largest joint enumeration of non-monotone groups used to prove an SLO unreachable."""
+
+    def check(self) -> None:
+        u = self.utilization_target
+        if isinstance(u, bool) or not isinstance(u, (int, float)) or not (0 < u <= 1):
+            raise SchedulerError("must be a number in (0, 1]", field="utilization_target", value=u)
+        slo = self.latency_slo_ms
+        if slo is not None and (isinstance(slo, bool) or not isinstance(slo, (int, float))
+                                or not math.isfinite(slo) or slo <= 0):
+            raise SchedulerError("must be a finite number > 0", field="latency_slo_ms", value=slo)
+        if self.latency_stat not in LATENCY_STATS:
+            raise SchedulerError(f"must be one of {', '.join(LATENCY_STATS)}", field="latency_stat",
+                                 value=self.latency_stat)
+        if self.max_evaluations < 1:
+            raise SchedulerError("must be >= 1", field="max_evaluations", value=self.max_evaluations)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The answer of ``plan``. ``to_dict()`` is the ``augury plan --json`` object."""
+
+    feasible: bool
+    config: Mapping[str, int]
+    """Parallelism of every operator. When infeasible: the closest configuration examined
+    (every operator at its least-utilized or lowest-latency value), for inspection."""
+    instances: int
+    """Instances over the operators whose parallelism may change (the minimized quantity)."""
+    total_instances: int
+    """Instances over all operators, sources and pinned operators included."""
+    prediction: Prediction
+    """The model's prediction for ``config`` at ``rate``."""
+    reasons: tuple[str, ...]
+    """Why the plan looks like it does; when infeasible, which operator or bound makes it so."""
+    optimal: bool
+    """True when the search proved the answer (the cheapest, then lowest latency; or that no
+    configuration exists). False only when ``max_evaluations`` ran out."""
+    rate: float
+    latency_stat: str
+    evaluations: int
+    """Model evaluations (configurations) the search used."""
+    variable: tuple[str, ...] = field(default=())
+    """Operators whose parallelism the plan chose."""
+
+    def to_dict(self) -> dict:
+        return {
+            "feasible": self.feasible, "rate": self.rate, "config": dict(self.config),
+            "instances": self.instances, "total_instances": self.total_instances,
+            "latency_stat": self.latency_stat, "optimal": self.optimal,
+            "evaluations": self.evaluations, "variable": list(self.variable),
+            "reasons": list(self.reasons), "prediction": self.prediction.to_dict(),
+        }
+
+
+# ----------------------------------------------------------------------------- problem
+
+
+@dataclass
+class _Group:
+    members: tuple[int, ...]
+    names: tuple[str, ...]
+    variable: bool
+    domain: np.ndarray
+    """Allowed parallelism values, increasing."""
+    monotone: bool
+    fixed_value: int
+    key_grouped: bool
+    analytic_start: bool
+    relaxable: bool
+    """Not fed by a broadcast edge: the relaxed model is monotone in it (see ``_relaxed_model``)."""
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    @property
+    def label(self) -> str:
+        return "+".join(self.names)
+
+
+class _Problem:
+    def __init__(self, compiled: CompiledModel, rate: float, cfg: PlanConfig) -> None:
+        self.c = compiled
+        self.rate = float(rate)
+        self.cfg = cfg
+        self.U = float(cfg.utilization_target)
+        self.stat = cfg.latency_stat
+        self.slo = cfg.latency_slo_ms
+        self.evaluations = 0
+        self.reasons: list[str] = []
+        model = compiled.model
+        names = compiled.names
+        idx = compiled.index
+        self.base = compiled.config_array([{}])[0]
+        self.coupled = any(e.grouping == "broadcast" for e in model.edges)
+        batching = model.buffer_timeout_ms > 0 and model.buffer_records > 1
+        in_edges = {v: compiled.in_edges[v] for v in range(len(names))}
+        seen: set[int] = set()
+        groups: list[_Group] = []
+        parts = [tuple(g) for g in compiled.forward_groups]
+        for g in parts:
+            seen.update(g)
+        parts += [(v,) for v in range(len(names)) if v not in seen]
+        parts.sort(key=lambda g: g[0])
+        self.bound_conflicts: list[str] = []
+        for members in parts:
+            specs = [model.operator(names[v]) for v in members]
+            lo = max(s.min_parallelism for s in specs)
+            hi = min(s.max_parallelism for s in specs)
+            has_source = any(s.is_source for s in specs)
+            key_members = [v for v in members if any(e.grouping == "key" for e in in_edges[v])]
+            variable = not has_source and lo < hi
+            label = "+".join(names[v] for v in members)
+            if lo > hi:
+                self.bound_conflicts.append(
+                    f"{label}: operators joined by forward edges need one parallelism, but their "
+                    f"bounds [{lo}, {hi}] (largest min_parallelism, smallest max_parallelism) are empty")
+            values = np.arange(lo, hi + 1) if variable else np.array([int(self.base[members[0]])])
+            if variable and cfg.align and key_members:
+                for v in key_members:
+                    m = int(compiled.max_p[v])
+                    values = values[m % values == 0]
+                if values.size == 0:
+                    self.bound_conflicts.append(
+                        f"{label}: no divisor of max_parallelism lies in [{lo}, {hi}] (--align)")
+                    values = np.array([hi])
+            monotone = (
+                variable and not batching
+                and all(s.scaling.form == "linear" for s in specs)
+                and all(e.grouping == "shuffle" or (e.grouping == "forward" and e.u in members)
+                        for v in members for e in in_edges[v])
+            )
+            relaxable = not any(e.grouping == "broadcast" for v in members for e in in_edges[v])
+            analytic = all(e.grouping in ("shuffle", "key", "forward") for v in members for e in in_edges[v])
+            groups.append(_Group(
+                members=tuple(members), names=tuple(names[v] for v in members), variable=variable,
+                domain=values.astype(np.int64), monotone=monotone,
+                fixed_value=int(self.base[members[0]]), key_grouped=bool(key_members),
+                analytic_start=analytic, relaxable=relaxable))
+        self.groups = groups
+        self.var = [g for g in groups if g.variable]
+        self.util_cache: list[dict[int, float]] = [dict() for _ in self.var]
+        self.scanned_to: list[int] = [-1 for _ in self.var]  # domain index scanned up to
+        # The configuration with every variable group at its smallest allowed value.
+        self.low = self.base.copy()
+        for g in self.var:
+            self.low[list(g.members)] = g.domain[0]
+
+    # ------------------------------------------------------------------ evaluation
+    def config_matrix(self, values: np.ndarray) -> np.ndarray:
+        """Rows of variable-group values [m, G] -> full parallelism matrix [m, V]."""
+        values = np.atleast_2d(values)
+        P = np.repeat(self.low[None, :], values.shape[0], axis=0)
+        for j, g in enumerate(self.var):
+            for v in g.members:
+                P[:, v] = values[:, j]
+        return P
+
+    def evaluate(self, P: np.ndarray, rate: float | None = None, relaxed: bool = False) -> BatchPrediction:
+        self.evaluations += P.shape[0]
+        compiled = self.relaxed_compiled if relaxed else self.c
+        return predict_batch(compiled, P, self.rate if rate is None else rate)
+
+    @cached_property
+    def relaxed_compiled(self) -> CompiledModel:
+        relaxed = compile_model(_relaxed_model(self.c.model, self.var))
+        assert relaxed.names == self.c.names
+        return relaxed
+
+    def util_ok(self, batch: BatchPrediction) -> np.ndarray:
+        return (~batch.saturated) & (batch.max_utilization.max(axis=1) <= self.U * (1 + _UTIL_EPS))
+
+    def latency(self, batch: BatchPrediction) -> np.ndarray:
+        return batch.latency(self.stat)
+
+    def to_config(self, row: np.ndarray) -> dict[str, int]:
+        return {n: int(p) for n, p in zip(self.c.names, row)}
+
+    # ------------------------------------------------------------------ utilization
+    def _group_util(self, batch: BatchPrediction, g: _Group) -> np.ndarray:
+        cols = list(g.members)
+        util = batch.max_utilization[:, cols].max(axis=1)
+        return np.where(batch.saturated & np.isin(batch.bottleneck, cols), np.inf, util)
+
+    def scan_util(self, requests: Mapping[int, Sequence[int]]) -> None:
+        """Evaluate the utilization of variable group j at the domain indices requested."""
+        requests = {j: [i for i in idx if int(self.var[j].domain[i]) not in self.util_cache[j]]
+                    for j, idx in requests.items()}
+        requests = {j: i for j, i in requests.items() if i}
+        if not requests:
+            return
+        if not self.coupled:
+            width = max(len(i) for i in requests.values())
+            vals = np.array([[g.domain[0] for g in self.var]] * width, dtype=np.int64)
+            for j, idx in requests.items():
+                col = [self.var[j].domain[i] for i in idx]
+                col += [col[-1]] * (width - len(col))
+                vals[:, j] = col
+            batch = self.evaluate(self.config_matrix(vals))
+            for j, idx in requests.items():
+                util = self._group_util(batch, self.var[j])
+                for r, i in enumerate(idx):
+                    self.util_cache[j][int(self.var[j].domain[i])] = float(util[r])
+            return
+        rows, owners = [], []
+        for j, idx in requests.items():
+            for i in idx:
+                vals = np.array([g.domain[0] for g in self.var], dtype=np.int64)
+                vals[j] = self.var[j].domain[i]
+                rows.append(vals)
+                owners.append((j, int(self.var[j].domain[i])))
+        batch = self.evaluate(self.config_matrix(np.array(rows)))
+        for r, (j, p) in enumerate(owners):
+            self.util_cache[j][p] = float(self._group_util(batch, self.var[j])[r])
+
+    def util_feasible(self, j: int, p: int) -> bool:
+        return self.util_cache[j].get(int(p), np.inf) <= self.U * (1 + _UTIL_EPS)
+
+    def ensure_scanned(self, j: int, upto_value: int) -> None:
+        """Utilization of group j known for every domain value in [b_j, upto_value]."""
+        dom = self.var[j].domain
+        last = int(np.searchsorted(dom, upto_value, side="right")) - 1
+        if last > self.scanned_to[j]:
+            self.scan_util({j: list(range(self.scanned_to[j] + 1, last + 1))})
+            self.scanned_to[j] = last
+
+    def minimal_counts(self) -> tuple[np.ndarray | None, list[str]]:
+        """``b_g`` for every variable group (domain values), or the reasons none exists."""
+        reasons: list[str] = []
+        G = len(self.var)
+        if G:
+            low_batch = self.evaluate(self.config_matrix(np.array([[g.domain[0] for g in self.var]])))
+            visit = low_batch.arrival_rate[0] / max(self.rate, 1e-300)
+        start = []
+        for j, g in enumerate(self.var):
+            i0 = 0
+            if g.analytic_start and self.rate > 0:
+                need = 0.0
+                for v in g.members:
+                    if self.c.service_s[v] <= 0:
+                        continue
+                    factor = float(np.min(self.c.model.operator(self.c.names[v]).scaling.factor_at(
+                        g.domain.astype(float))))
+                    need = max(need, self.rate * visit[v] * self.c.service_s[v] * factor / self.U)
+                i0 = int(np.searchsorted(g.domain, need * (1 - 1e-9), side="left"))
+                i0 = min(i0, len(g.domain) - 1)
+            start.append(i0)
+        b = np.zeros(G, dtype=np.int64)
+        pending = {j: start[j] for j in range(G)}
+        chunk = 16
+        first = True
+        while pending:
+            req = {}
+            for j, i0 in pending.items():
+                dom = self.var[j].domain
+                idx = list(range(i0, min(i0 + chunk, len(dom))))
+                if first and idx[-1] != len(dom) - 1:
+                    idx.append(len(dom) - 1)  # the top: monotone groups fail fast there
+                req[j] = idx
+            self.scan_util(req)
+            nxt = {}
+            for j, i0 in pending.items():
+                g, dom = self.var[j], self.var[j].domain
+                end = min(i0 + chunk, len(dom))
+                found = next((i for i in range(i0, end) if self.util_feasible(j, dom[i])), None)
+                if found is not None:
+                    b[j] = dom[found]
+                    self.scanned_to[j] = max(self.scanned_to[j], found)
+                    continue
+                if first and g.monotone and not self.util_feasible(j, dom[-1]):
+                    reasons.append(self._util_reason(j))
+                    continue
+                if end >= len(dom):
+                    reasons.append(self._util_reason(j))
+                    continue
+                nxt[j] = end
+            pending = nxt
+            chunk *= 2
+            first = False
+        # Start the scanned range at b: values below it are known infeasible.
+        for j in range(G):
+            if not reasons:
+                self.scanned_to[j] = int(np.searchsorted(self.var[j].domain, b[j]))
+        return (None if reasons else b), reasons
+
+    def _util_reason(self, j: int) -> str:
+        g = self.var[j]
+        cache = self.util_cache[j]
+        best_p = min(cache, key=lambda p: (cache[p], p))
+        util = cache[best_p]
+        batch = self.evaluate(self.config_matrix(
+            np.array([[best_p if k == j else gg.domain[0] for k, gg in enumerate(self.var)]])))
+        cols = list(g.members)
+        hot = cols[int(np.argmax(batch.max_utilization[0, cols]))]
+        share = float(batch.hot_share[0, hot])
+        top = int(g.domain[-1])
+        where = (f"even at max_parallelism {top}" if best_p == top
+                 else f"at its least-loaded parallelism {best_p} (of at most {top})")
+        util_txt = "saturated" if not np.isfinite(util) else f"{util:.3g}"
+        detail = ""
+        if g.key_grouped:
+            detail = f" (hot key group share {share:.3g})"
+        elif not all(self.c.model.operator(n).scaling.form == "linear" for n in g.names):
+            detail = " (contention: instances slow down as parallelism grows)"
+        elif any(e.grouping == "broadcast" for v in g.members for e in self.c.in_edges[v]):
+            detail = " (broadcast input: every instance receives the whole stream)"
+        return (f"{self.c.names[hot]}: {where} the hottest instance's utilization is {util_txt} "
+                f"> {self.U:g}{detail}")
+
+    def fixed_reasons(self, batch: BatchPrediction) -> list[str]:
+        reasons = []
+        for g in self.groups:
+            if g.variable:
+                continue
+            for v in g.members:
+                u = float(batch.max_utilization[0, v])
+                if self.c.service_s[v] > 0 and (u > self.U * (1 + _UTIL_EPS) or
+                                                (batch.saturated[0] and batch.bottleneck[0] == v)):
+                    op = self.c.model.operator(self.c.names[v])
+                    why = ("a source" if op.is_source else
+                           f"min_parallelism = max_parallelism = {op.max_parallelism}" if op.min_parallelism == op.max_parallelism
+                           else "tied by forward edges to a source")
+                    reasons.append(f"{self.c.names[v]}: parallelism is fixed at {int(self.base[v])} ({why}) "
+                                   f"and its hottest instance's utilization is {u:.3g} > {self.U:g}")
+        return reasons
+
+
+# --------------------------------------------------------------------------- search
+
+
+def _relaxed_model(model: JobModel, var: Sequence[_Group]) -> JobModel:
+    """A model whose latency is a lower bound on ``model``'s at every configuration and which is
+    monotone non-increasing in every operator not fed by a broadcast edge.
+
+    Key grouping becomes shuffle (an even split: the hottest share is at least 1/p, the flow-
+    weighted waiting of an uneven split is at least the even one's, and a key-split substream is
+    at least as variable as a round-robin one); contention/table scaling becomes linear at the
+    smallest factor over the operator's allowed parallelism; output batching is switched off (its
+    wait only adds). ``tests/scheduler/test_plan.py`` checks the lower-bound property with
+    Hypothesis on random DAGs; the planner relies on it only to *prune*, never to choose.
+    """
+    domains = {n: g.domain for g in var for n in g.names}
+    ops = []
+    for op in model.operators:
+        if op.service_time_ms is not None and op.scaling.form != "linear":
+            dom = domains.get(op.name, np.array([op.parallelism]))
+            factor = float(np.min(op.scaling.factor_at(np.asarray(dom, dtype=float))))
+            op = replace(op, service_time_ms=op.service_time_ms * factor, scaling=ScalingSpec())
+        ops.append(op)
+    edges = tuple(replace(e, grouping="shuffle", keys=None) if e.grouping == "key" else e
+                  for e in model.edges)
+    return replace(model, operators=tuple(ops), edges=edges, buffer_timeout_ms=0.0)
+
+
+@dataclass
+class _Best:
+    values: np.ndarray | None = None
+    latency: float = np.inf
+
+
+def _raise_to_budget(prob: _Problem, vals: np.ndarray, rem: np.ndarray, later: Sequence[int],
+                     costs: list[np.ndarray]) -> np.ndarray:
+    """Every group in ``later`` raised to the largest value the remaining budget allows."""
+    out = vals.copy()
+    for j in later:
+        dom = prob.var[j].domain
+        k = np.searchsorted(costs[j], rem, side="right") - 1
+        out[:, j] = dom[np.maximum(k, 0)]
+    return out
+
+
+def _bound(prob: _Problem, vals: np.ndarray, rem: np.ndarray, later: Sequence[int],
+           costs: list[np.ndarray]) -> np.ndarray:
+    """Lower bound on the latency of every completion of the partial assignments ``vals``
+    (``later`` unassigned, ``rem`` instances left): the real model when all of ``later`` are
+    monotone in it, else the relaxed model."""
+    top = _raise_to_budget(prob, vals, rem, later, costs)
+    relaxed = not all(prob.var[j].monotone for j in later)
+    lat = prob.latency(prob.evaluate(prob.config_matrix(top), relaxed=relaxed))
+    return np.where(np.isnan(lat), -np.inf, lat)  # saturated bound (broadcast loads): no pruning
+
+
+def _search_level(prob: _Problem, k: int, b: np.ndarray, order: Sequence[int], n_enum: int,
+                  costs: list[np.ndarray], max_extra: np.ndarray, threshold: float) -> _Best | None:
+    """Lowest-latency configuration with exactly T0 + k instances and latency <= threshold.
+
+    ``order[:n_enum]`` (broadcast-fed groups) are enumerated before any bound is used. Returns
+    ``_Best`` (``values`` None when there is none) or None when the budget ran out.
+    """
+    G = len(order)
+    vals = b[None, :].copy()
+    rem = np.array([k], dtype=np.int64)
+    suffix = np.concatenate([np.cumsum(max_extra[list(order)][::-1])[::-1], [0]])
+    best = _Best()
+    can_bound = np.isfinite(threshold)
+    for d in range(G):
+        j = order[d]
+        g = prob.var[j]
+        dom, cost = g.domain, costs[j]
+        if d == G - 1:
+            # The last group takes exactly what is left.
+            pos = np.searchsorted(cost, rem)
+            ok = (pos < len(cost)) & (cost[np.minimum(pos, len(cost) - 1)] == rem)
+            vals, rem, pos = vals[ok], rem[ok], pos[ok]
+            vals[:, j] = dom[pos]
+            rem = rem - cost[pos]
+            if not g.monotone or prob.coupled:
+                for p in np.unique(vals[:, j]):
+                    prob.ensure_scanned(j, int(p))
+                keep = np.array([prob.util_feasible(j, p) for p in vals[:, j]], dtype=bool)
+                vals, rem = vals[keep], rem[keep]
+        else:
+            top = int(rem.max())
+            n_c = int(np.searchsorted(cost, top, side="right"))
+            cand = np.arange(n_c)
+            if not g.monotone or prob.coupled:
+                prob.ensure_scanned(j, int(dom[n_c - 1]))
+                cand = np.array([i for i in cand if prob.util_feasible(j, dom[i])], dtype=np.int64)
+            if cand.size == 0:
+                return best
+            ci = np.repeat(cand[None, :], len(rem), axis=0)
+            keep = (cost[ci] <= rem[:, None]) & (rem[:, None] - cost[ci] <= suffix[d + 1])
+            rows, cols = np.nonzero(keep)
+            vals = vals[rows]
+            vals[:, j] = dom[ci[rows, cols]]
+            rem = rem[rows] - cost[ci[rows, cols]]
+        if len(rem) == 0:
+            return best
+        if d == G - 1:
+            break
+        if can_bound and d + 1 >= n_enum:
+            live = rem > 0
+            if live.any():
+                bound = _bound(prob, vals[live], rem[live], order[d + 1:], costs)
+                drop = np.zeros(len(rem), dtype=bool)
+                drop[np.nonzero(live)[0]] = bound > threshold * (1 + _LAT_EPS)
+                vals, rem = vals[~drop], rem[~drop]
+                if len(rem) == 0:
+                    return best
+        if prob.evaluations > prob.cfg.max_evaluations:
+            return None
+    batch = prob.evaluate(prob.config_matrix(vals))
+    lat = prob.latency(batch)
+    ok = prob.util_ok(batch) & ~np.isnan(lat)
+    if np.isfinite(threshold):
+        ok &= lat <= threshold * (1 + _LAT_EPS)
+    if ok.any():
+        i = int(np.nonzero(ok)[0][np.argmin(lat[ok])])
+        best.values, best.latency = vals[i].copy(), float(lat[i])
+    return best
+
+
+def _greedy(prob: _Problem, b: np.ndarray) -> tuple[np.ndarray, float]:
+    """DRS-style marginal allocation: add instances where the latency drops most per instance,
+    until the SLO holds or nothing helps. An incumbent only (not optimal in general)."""
+    cur = b.copy()
+    batch = prob.evaluate(prob.config_matrix(cur))
+    lat = float(prob.latency(batch)[0]) if prob.util_ok(batch)[0] else np.inf
+    while lat > prob.slo and prob.evaluations <= prob.cfg.max_evaluations:
+        rows, step = [], []
+        for j, g in enumerate(prob.var):
+            dom = g.domain
+            i = int(np.searchsorted(dom, cur[j], side="right"))
+            while i < len(dom) and (not g.monotone or prob.coupled):
+                prob.ensure_scanned(j, int(dom[i]))
+                if prob.util_feasible(j, dom[i]):
+                    break
+                i += 1
+            if i >= len(dom):
+                continue
+            row = cur.copy()
+            row[j] = dom[i]
+            rows.append(row)
+            step.append(g.size * (int(dom[i]) - int(cur[j])))
+        if not rows:
+            break
+        batch = prob.evaluate(prob.config_matrix(np.array(rows)))
+        new = np.where(prob.util_ok(batch), prob.latency(batch), np.inf)
+        new = np.where(np.isnan(new), np.inf, new)
+        if np.isfinite(lat):
+            gain = np.where(np.isfinite(new), (lat - new) / np.array(step), -np.inf)
+        else:
+            gain = -new
+        i = int(np.argmax(gain))
+        if not np.isfinite(new[i]) or (np.isfinite(lat) and gain[i] <= 0):
+            break
+        cur, lat = rows[i], float(new[i])
+    return cur, lat
+
+
+def _global_bound(prob: _Problem, b: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """A lower bound on the latency of every configuration, and where it is reached: every
+    relaxable group at its top (in the real model when all groups are monotone, else the relaxed
+    one), broadcast-fed groups enumerated jointly. None when that enumeration is too large."""
+    enum = [j for j, g in enumerate(prob.var) if not g.relaxable]
+    top = np.array([g.domain[-1] for g in prob.var], dtype=np.int64)
+    total = 1
+    for j in enum:
+        total *= len(prob.var[j].domain)
+        if total > prob.cfg.max_global_enumeration:
+            return None
+    combos = list(itertools.product(*[list(prob.var[j].domain) for j in enum])) if enum else [()]
+    vals = np.repeat(top[None, :], len(combos), axis=0)
+    if enum:
+        vals[:, enum] = np.array(combos, dtype=np.int64)
+    relaxed = not all(g.monotone for g in prob.var)
+    batch = prob.evaluate(prob.config_matrix(vals), relaxed=relaxed)
+    lat = prob.latency(batch)
+    lat = np.where(np.isnan(lat), np.inf, lat)
+    i = int(np.argmin(lat))
+    return vals[i], float(lat[i])
+
+
+# ----------------------------------------------------------------------------- entry
+
+
+def plan(model: JobModel | CompiledModel, rate: float, config: PlanConfig = PlanConfig()) -> Plan:
+    """The cheapest configuration meeting ``config``'s targets at input ``rate`` (tuples/s).
+
+    Never raises for an infeasible target: ``Plan.feasible`` is False and ``Plan.reasons`` say
+    why. Raises ``SchedulerError`` for bad arguments.
+    """
+    config.check()
+    if isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(rate) or rate < 0:
+        raise SchedulerError("the input rate must be a finite number >= 0", field="rate", value=rate)
+    compiled = model if isinstance(model, CompiledModel) else compile_model(model)
+    prob = _Problem(compiled, float(rate), config)
+    return _solve(prob)
+
+
+def _finish(prob: _Problem, values: np.ndarray | None, feasible: bool, reasons: list[str],
+            optimal: bool, fallback: np.ndarray | None = None) -> Plan:
+    vals = values if values is not None else fallback
+    if vals is None:
+        vals = np.array([g.domain[-1] for g in prob.var], dtype=np.int64)
+    P = prob.config_matrix(np.asarray(vals, dtype=np.int64))
+    batch = predict_batch(prob.c, P, prob.rate)
+    pred = prediction_from_batch(prob.c, batch, 0)
+    variable = tuple(n for g in prob.var for n in g.names)
+    inst = int(sum(pred.config[n] for n in variable))
+    return Plan(feasible=feasible, config=dict(pred.config), instances=inst,
+                total_instances=int(sum(pred.config.values())), prediction=pred,
+                reasons=tuple(reasons), optimal=optimal, rate=prob.rate,
+                latency_stat=prob.stat, evaluations=prob.evaluations, variable=variable)
+
+
+def _extra(prob: _Problem, vals: np.ndarray, b: np.ndarray) -> int:
+    return int(sum(g.size * (int(v) - int(bj)) for g, v, bj in zip(prob.var, vals, b)))
+
+
+def _solve(prob: _Problem) -> Plan:
+    U, stat, slo = prob.U, prob.stat, prob.slo
+    if prob.bound_conflicts:
+        return _finish(prob, None, False, prob.bound_conflicts, True)
+    b, reasons = prob.minimal_counts()
+    low = b if b is not None else np.array([g.domain[0] for g in prob.var], dtype=np.int64)
+    low_batch = prob.evaluate(prob.config_matrix(low))
+    reasons = prob.fixed_reasons(low_batch) + reasons
+    if reasons:
+        fallback = np.array([min(c, key=lambda p: (c[p], p)) if c else g.domain[-1]
+                             for c, g in zip(prob.util_cache, prob.var)], dtype=np.int64)
+        return _finish(prob, None, False, reasons, True, fallback)
+    assert b is not None
+    for j, g in enumerate(prob.var):  # values below b_g never meet the utilization target
+        g.domain = g.domain[g.domain >= b[j]]
+    costs = [g.size * (g.domain - bj) for g, bj in zip(prob.var, b)]
+    max_extra = np.array([int(c[-1]) for c in costs], dtype=np.int64)
+    base_lat = float(prob.latency(low_batch)[0]) if prob.util_ok(low_batch)[0] else np.inf
+    notes = _binding_notes(prob, b)
+
+    if slo is None and not prob.coupled:
+        return _finish(prob, b, True, notes, True)
+    if slo is not None and base_lat <= slo and not prob.coupled:
+        return _finish(prob, b, True, notes + [
+            f"latency {stat} {base_lat:.4g} ms <= SLO {slo:g} ms at the utilization-minimal counts"], True)
+
+    threshold = slo if slo is not None else np.inf
+    inc_vals, inc_lat, k_ub = None, np.inf, None
+    if slo is not None:
+        bound = _global_bound(prob, b)
+        if bound is not None and bound[1] > slo:
+            return _finish(prob, None, False, _slo_reasons(prob, bound[0], bound[1]), True, bound[0])
+        g_vals, g_lat = _greedy(prob, b)
+        if g_lat <= slo:
+            inc_vals, inc_lat, k_ub = g_vals, g_lat, _extra(prob, g_vals, b)
+
+    enum = [j for j, g in enumerate(prob.var) if not g.relaxable]
+    nonmono = [j for j, g in enumerate(prob.var) if g.relaxable and not g.monotone]
+    mono = [j for j, g in enumerate(prob.var) if g.monotone]
+    if slo is not None and len(nonmono) + len(mono) > 1:
+        # The most latency-sensitive first: bounds tighten sooner.
+        rest = nonmono + mono
+        rows = []
+        for j in rest:
+            row = b.copy()
+            row[j] = prob.var[j].domain[min(1, len(prob.var[j].domain) - 1)]
+            rows.append(row)
+        sens = prob.latency(prob.evaluate(prob.config_matrix(np.array(rows))))
+        sens = np.where(np.isnan(sens), np.inf, sens)
+        nm = [rest[i] for i in np.argsort(sens[: len(nonmono)], kind="stable")]
+        mo = [rest[len(nonmono) + i] for i in np.argsort(sens[len(nonmono):], kind="stable")]
+        nonmono, mono = nm, mo
+    order = enum + nonmono + mono
+    k_max = int(max_extra.sum()) if k_ub is None else k_ub
+    for k in range(0, k_max + 1):
+        if np.isfinite(threshold) and not enum:
+            root = _bound(prob, b[None, :], np.array([k]), order, costs)
+            if root[0] > threshold * (1 + _LAT_EPS):
+                continue
+        thr = threshold if (k_ub is None or k < k_ub) else min(threshold, inc_lat)
+        found = _search_level(prob, k, b, order, len(enum), costs, max_extra, thr)
+        if found is None:
+            note = (f"search budget of {prob.cfg.max_evaluations} evaluations exhausted at "
+                    f"{int(sum(g.size * v for g, v in zip(prob.var, b))) + k} instances")
+            if inc_vals is not None:
+                return _finish(prob, inc_vals, True, notes + [note + "; returning the greedy "
+                               "allocation, which meets the targets but is not proven cheapest"], False)
+            return _finish(prob, None, False, [note + "; no configuration meeting the targets "
+                                               "found (not proven infeasible)"], False)
+        if found.values is not None:
+            extra = []
+            if slo is not None and k > 0:
+                extra.append(f"latency SLO {stat} <= {slo:g} ms needs {k} instance(s) beyond the "
+                             f"utilization-minimal counts ({stat} {found.latency:.4g} ms)")
+            return _finish(prob, found.values, True, notes + extra, True)
+    if inc_vals is not None:  # pragma: no cover - the level search always finds the incumbent
+        return _finish(prob, inc_vals, True, notes, True)
+    if slo is None:
+        return _finish(prob, None, False, ["no configuration within the bounds keeps every "
+                                           f"instance's utilization <= {U:g} (broadcast loads)"], True)
+    return _finish(prob, None, False, [f"no configuration within the bounds meets the latency SLO "
+                                       f"{stat} <= {slo:g} ms (exhaustive search)"], True)
+
+
+def _binding_notes(prob: _Problem, b: np.ndarray) -> list[str]:
+    """Which operators the utilization target binds (at their minimal count)."""
+    if not prob.var:
+        return ["no operator's parallelism may change (sources and pinned operators only)"]
+    parts = []
+    for j, g in enumerate(prob.var):
+        u = prob.util_cache[j].get(int(b[j]))
+        parts.append(f"{g.label} {int(b[j])}" + (f" ({u:.2f})" if u is not None else ""))
+    return [f"utilization-minimal counts at <= {prob.U:g}: " + ", ".join(parts)]
+
+
+def _slo_reasons(prob: _Problem, values: np.ndarray, bound: float) -> list[str]:
+    stat, slo = prob.stat, prob.slo
+    P = prob.config_matrix(values)
+    batch = prob.evaluate(P)
+    real = float(prob.latency(batch)[0])
+    exact = all(g.monotone for g in prob.var)
+    floor = float(prob.latency(prob.evaluate(P, rate=max(prob.rate, 1.0) * 1e-9, relaxed=not exact))[0])
+    soj = batch.sojourn_ms[0]
+    top = np.argsort(-np.nan_to_num(soj, nan=-1))[:3]
+    worst = ", ".join(f"{prob.c.names[v]} {soj[v]:.3g} ms" for v in top if np.isfinite(soj[v]) and soj[v] > 0)
+    at_max = [f"{g.label} ({int(v)})" for g, v in zip(prob.var, values) if int(v) == int(g.domain[-1])]
+    if floor > slo:
+        head = (f"latency SLO {slo:g} ms is below the no-queueing floor {floor:.4g} ms ({stat} of "
+                f"service, network and batching delays alone, every operator at max parallelism"
+                + (")" if exact else "; key skew and contention ignored, so a lower bound)"))
+    else:
+        head = (f"latency SLO {slo:g} ms is below the lowest {stat} any configuration reaches: "
+                + (f"{real:.4g} ms" if exact else
+                   f"at least {bound:.4g} ms (key skew and contention ignored; {real:.4g} ms with them)")
+                + f", every operator at max parallelism (no-queueing floor {floor:.4g} ms)")
+    out = [head]
+    if worst:
+        out.append(f"largest mean sojourns there: {worst}")
+    if at_max:
+        out.append("at max_parallelism there: " + ", ".join(at_max))
+    return out
