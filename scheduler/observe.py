@@ -112,7 +112,7 @@ class JobWindow:
     window_s: float
     job: str
     config: Mapping[str, int]
-    """Parallelism in force during the window."""
+    """Parallelism in force during the window (its ``parallelism`` rows, else the batch's)."""
     operators: Mapping[str, OperatorWindow]
     latency_ms: Mapping[str, float] = field(default_factory=dict)
     """End-to-end latency at the sinks: {'mean', 'p50', 'p95', 'p99'} (those measured)."""
@@ -219,8 +219,10 @@ def job_windows(batch: MetricsBatch, sources: Sequence[str] | None = None,
         out_rows = g[g["metric"] == "records_out"]
         for (op, tgt), v in out_rows.dropna(subset=["target"]).groupby(["operator", "target"])["value"]:
             inflow[str(tgt)] = inflow.get(str(tgt), 0.0) + float(v.sum()) / w
+        declared = g[(g["metric"] == "parallelism")].groupby("operator")["value"].max()
+        wconfig = {op: int(declared[op]) if op in declared.index else p for op, p in config.items()}
         for op in sorted(set(g["operator"])):
-            p = config.get(op)
+            p = wconfig.get(op)
             if p is None:
                 raise MalformedMetrics("operator not in the configuration in force", field="operator",
                                        value=op)
@@ -272,7 +274,7 @@ def job_windows(batch: MetricsBatch, sources: Sequence[str] | None = None,
                 queue_len_total=float(sum(qlens)) if qlens else None,
                 source_lag=lag if is_source else 0.0,
                 output_rates=output_rates, instances=tuple(insts), restarting=restarting)
-        missing = sorted(set(config) - set(operators))
+        missing = sorted(set(wconfig) - set(operators))
         if missing:
             raise MalformedMetrics("window lacks an operator (partial batch)", field="operator",
                                    value=missing[0])
@@ -281,7 +283,7 @@ def job_windows(batch: MetricsBatch, sources: Sequence[str] | None = None,
             vals = g.loc[g["metric"] == f"latency_ms_{stat}", "value"]
             if len(vals):
                 latency[stat] = float(vals.mean())
-        out.append(JobWindow(start_s=float(start), window_s=w, job=job, config=dict(config),
+        out.append(JobWindow(start_s=float(start), window_s=w, job=job, config=dict(wconfig),
                              operators=operators, latency_ms=latency))
     return tuple(out)
 

@@ -1,0 +1,498 @@
+"""The reactive policy: detectors -> diagnosers -> resolvers, fixing Dhalion's known flaws.
+
+Used when the model is not trusted, and always as a safety net for what the model does not
+explain (a slow host, a hot key). Units: rates in tuples/s, times in s, fractions in [0, 1].
+
+**Detectors with hysteresis** (``Hysteresis``): a symptom turns on after ``enter_windows``
+consecutive windows above its *enter* threshold and off after ``exit_windows`` consecutive
+windows below its (lower) *exit* threshold — not Dhalion's single threshold. Per operator:
+
+* ``backpressure``: back-pressured fraction of the window, overlap-aware — the most
+  back-pressured instance (``OperatorWindow.backpressure_max``), never a sum over instances;
+* ``queue_growth``: least-squares trend of the queued work (input queues; the external backlog
+  for sources) over ``trend_windows`` windows, in seconds of the operator's processing per second;
+* ``rate_skew``: processing-rate skew across instances, measured on *true* rates (busy time per
+  tuple: a slow host), as the slowest instance's service time over the median;
+* ``queue_skew``: longest queue over the median queue (+1);
+* ``load_skew``: the busiest instance's share of the operator's tuples over the share the model
+  explains (1/p without a key distribution): a hot key the model does not know.
+
+**Diagnosers** score every hypothesis for every operator (``Diagnosis.scores`` in [0, 1]) rather
+than stopping at the first match; a cause holds at ``score >= 0.5``, several at once, on several
+operators at once: ``under_provisioned`` (all instances busy and work piling up upstream or in
+its queues), ``slow_instance`` (one instance's service time is out of line; its queue is the
+long one), ``data_skew`` (one instance receives an outsized share with normal service times),
+``over_provisioned`` (every instance far below the target, no pressure, no backlog).
+
+**Resolvers** (``resolve``): every under-provisioned operator — and every operator the new
+load would push over the target — is sized *in the same step* from its true processing rate
+(DS2: ``p = ceil(target_in / (true_rate_per_instance * utilization_target))``, the source rates
+propagated downstream by the observed selectivities) plus the rate that drains the external
+backlog in ``catch_up_s``, capped per step; a slow instance is restarted (moved); data skew is
+reported with the hot instance's key groups and the model's hottest key groups among them (a
+repartition suggestion); scale-down sizes by the *highest* offered rate over the stabilization
+window, never by a fixed percentage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import networkx as nx
+import numpy as np
+
+from modeler.keys import hot_key_groups
+from modeler.modelfile import JobModel, to_graph
+from scheduler.observe import JobWindow, OperatorWindow
+
+CAUSES = ("under_provisioned", "slow_instance", "data_skew", "over_provisioned")
+SYMPTOMS = ("backpressure", "queue_growth", "rate_skew", "queue_skew", "load_skew")
+
+
+@dataclass(frozen=True)
+class ReactiveConfig:
+    """Thresholds and sizing rules of the reactive policy."""
+
+    backpressure_enter: float = 0.10
+    """Back-pressured fraction of a window (0.10 = 100 ms/s) that turns the symptom on."""
+    backpressure_exit: float = 0.02
+    """... and below which it turns off."""
+    queue_growth_enter: float = 0.02
+    """Queued work growing faster than this (s of processing per s) turns queue_growth on."""
+    queue_growth_exit: float = 0.005
+    trend_windows: int = 4
+    """Windows in the queue-growth trend."""
+    rate_skew_enter: float = 1.5
+    """Slowest instance's service time / median that turns rate_skew on."""
+    rate_skew_exit: float = 1.2
+    queue_skew_enter: float = 5.0
+    """Longest queue / (median queue + 1) that turns queue_skew on."""
+    queue_skew_exit: float = 2.5
+    load_skew_enter: float = 1.5
+    """Busiest instance's share / the expected share that turns load_skew on."""
+    load_skew_exit: float = 1.2
+    enter_windows: int = 2
+    """Consecutive windows above the enter threshold to turn a symptom on."""
+    exit_windows: int = 3
+    """Consecutive windows below the exit threshold to turn it off."""
+    saturated_busy: float = 0.85
+    """Mean busy fraction at which an operator counts as fully loaded."""
+    min_busy: float = 0.05
+    """Instances less busy than this are ignored for service-time skew (noise)."""
+    utilization_target: float = 0.7
+    """Busy fraction the sizing aims at."""
+    low_utilization: float = 0.3
+    """Busiest instance below this (and no pressure) = over-provisioned."""
+    catch_up_s: float = 300.0
+    """Drain the external backlog within this many seconds (adds backlog / catch_up_s)."""
+    max_scale_factor: float = 4.0
+    """Per-step cap on scale-up: p_new <= p * factor."""
+
+
+# ---------------------------------------------------------------- detectors
+
+
+@dataclass
+class Hysteresis:
+    """On after ``enter_n`` windows above ``enter``, off after ``exit_n`` windows below ``exit``."""
+
+    enter: float
+    exit: float
+    enter_n: int = 2
+    exit_n: int = 3
+    active: bool = False
+    above: int = 0
+    below: int = 0
+
+    def update(self, value: float | None) -> bool:
+        if value is None or not math.isfinite(value):
+            return self.active
+        self.above = self.above + 1 if value > self.enter else 0
+        self.below = self.below + 1 if value < self.exit else 0
+        if not self.active and self.above >= self.enter_n:
+            self.active = True
+        elif self.active and self.below >= self.exit_n:
+            self.active = False
+        return self.active
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """One detector's reading for one operator in the newest window."""
+
+    kind: str
+    operator: str
+    value: float | None
+    active: bool
+    instance: int | None = None
+    """The instance the symptom points at (slowest, longest queue, busiest)."""
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(np.median(xs)) if len(xs) else 0.0
+
+
+def symptom_values(op: OperatorWindow, trend: float | None, config: ReactiveConfig,
+                   expected_share: float | None = None) -> dict[str, tuple[float | None, int | None]]:
+    """The raw value (and pointed-at instance) of every symptom for one operator window.
+
+    ``expected_share``: the busiest instance's share the model explains (its key distribution
+    through Flink's key groups; default 1/p): load skew is measured against it, so a Zipf skew
+    the model already accounts for is not reported again."""
+    out: dict[str, tuple[float | None, int | None]] = {"backpressure": (op.backpressure_max, None),
+                                                      "queue_growth": (trend, None)}
+    busy = [i for i in op.instances if i.service_time_ms is not None and i.busy_fraction >= config.min_busy]
+    if len(busy) >= 2:
+        med = _median([i.service_time_ms for i in busy])
+        slow = max(busy, key=lambda i: i.service_time_ms)
+        out["rate_skew"] = (slow.service_time_ms / med if med > 0 else None, slow.instance)
+    else:
+        out["rate_skew"] = (None, None)
+    qs = [i for i in op.instances if i.queue_len is not None]
+    if len(qs) >= 2:
+        longest = max(qs, key=lambda i: i.queue_len)
+        out["queue_skew"] = (longest.queue_len / (_median([i.queue_len for i in qs]) + 1.0), longest.instance)
+    else:
+        out["queue_skew"] = (None, None)
+    total = sum(i.processed_rate for i in op.instances)
+    if op.parallelism >= 2 and total > 0:
+        hot = max(op.instances, key=lambda i: i.processed_rate)
+        base = expected_share if expected_share else 1.0 / op.parallelism
+        out["load_skew"] = (hot.processed_rate / total / base, hot.instance)
+    else:
+        out["load_skew"] = (None, None)
+    return out
+
+
+def queue_trend(windows: Sequence[JobWindow], operator: str, n: int) -> float | None:
+    """Least-squares slope of the operator's queued work (tuples/s) over the last ``n`` windows of
+    one configuration, divided by its true capacity (tuples/s): seconds of work added per second."""
+    recent = [w for w in windows if operator in w.operators][-n:]
+    if len(recent) < 3 or any(w.config != recent[-1].config for w in recent):
+        return None
+    ops = [w.operators[operator] for w in recent]
+    q = np.array([o.source_lag if o.is_source else (o.queue_len_total or 0.0) for o in ops])
+    t = np.array([w.end_s for w in recent])
+    slope = float(np.polyfit(t - t[0], q, 1)[0])
+    last = ops[-1]
+    if last.is_source:  # a source's capacity is what the job accepted
+        cap = max(last.processed_rate, 1e-9)
+    else:
+        cap = last.true_rate_per_instance * last.parallelism
+        cap = cap if math.isfinite(cap) and cap > 0 else max(last.processed_rate, 1e-9)
+    return slope / cap
+
+
+@dataclass
+class Detectors:
+    """Hysteresis state of every (symptom, operator); ``update`` reads the newest window."""
+
+    config: ReactiveConfig = ReactiveConfig()
+    _state: dict[tuple[str, str], Hysteresis] = field(default_factory=dict)
+    _config_in_force: Mapping[str, int] | None = None
+
+    def _det(self, kind: str, op: str) -> Hysteresis:
+        c = self.config
+        thresholds = {
+            "backpressure": (c.backpressure_enter, c.backpressure_exit),
+            "queue_growth": (c.queue_growth_enter, c.queue_growth_exit),
+            "rate_skew": (c.rate_skew_enter, c.rate_skew_exit),
+            "queue_skew": (c.queue_skew_enter, c.queue_skew_exit),
+            "load_skew": (c.load_skew_enter, c.load_skew_exit),
+        }
+        key = (kind, op)
+        if key not in self._state:
+            enter, exit_ = thresholds[kind]
+            self._state[key] = Hysteresis(enter, exit_, c.enter_windows, c.exit_windows)
+        return self._state[key]
+
+    def reset(self) -> None:
+        """Forget every reading (after a reconfiguration: old symptoms describe another job)."""
+        self._state.clear()
+
+    def update(self, history: Sequence[JobWindow], expected_share: Mapping[str, float] | None = None
+               ) -> tuple[Symptom, ...]:
+        """Feed the newest window of ``history`` (settled windows, oldest first);
+        ``expected_share``: {operator: busiest instance's share the model explains}."""
+        if not history:
+            return ()
+        w = history[-1]
+        if self._config_in_force is not None and dict(w.config) != dict(self._config_in_force):
+            self.reset()
+        self._config_in_force = dict(w.config)
+        out = []
+        for name, op in w.operators.items():
+            trend = queue_trend(history, name, self.config.trend_windows)
+            share = (expected_share or {}).get(name)
+            for kind, (value, inst) in symptom_values(op, trend, self.config, share).items():
+                active = self._det(kind, name).update(value)
+                out.append(Symptom(kind=kind, operator=name, value=value, active=active, instance=inst))
+        return tuple(out)
+
+
+# ---------------------------------------------------------------- diagnosers
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Every hypothesis scored for one operator; ``causes`` are those that hold (score >= 0.5)."""
+
+    operator: str
+    scores: Mapping[str, float]
+    causes: tuple[str, ...]
+    evidence: tuple[str, ...]
+    instance: int | None = None
+    """The slow or hot instance, when a cause points at one."""
+
+    def to_dict(self) -> dict:
+        return {"operator": self.operator, "scores": dict(self.scores), "causes": list(self.causes),
+                "evidence": list(self.evidence), "instance": self.instance}
+
+
+def _ramp(value: float | None, lo: float, hi: float) -> float:
+    """0 at ``lo``, 1 at ``hi`` (linear, clamped)."""
+    if value is None or not math.isfinite(value):
+        return 0.0
+    return float(min(1.0, max(0.0, (value - lo) / (hi - lo))))
+
+
+def diagnose(window: JobWindow, symptoms: Sequence[Symptom], graph: nx.DiGraph,
+             config: ReactiveConfig = ReactiveConfig()) -> tuple[Diagnosis, ...]:
+    """Score every cause for every non-source operator of ``window``."""
+    c = config
+    sym = {(s.kind, s.operator): s for s in symptoms}
+
+    def on(kind: str, op: str) -> bool:
+        s = sym.get((kind, op))
+        return bool(s and s.active)
+
+    def val(kind: str, op: str) -> float | None:
+        s = sym.get((kind, op))
+        return s.value if s else None
+
+    out = []
+    for name, op in window.operators.items():
+        if op.is_source:
+            continue
+        preds = list(graph.predecessors(name)) if name in graph else []
+        upstream_bp = any(on("backpressure", u) for u in preds)
+        pressure_src = any(on("queue_growth", s.operator) for s in window.sources)
+        pressure = upstream_bp or on("queue_growth", name) or pressure_src
+        evidence = []
+        if upstream_bp:
+            evidence.append("upstream back-pressured: " + ", ".join(
+                f"{u} {val('backpressure', u):.0%}" for u in preds if on("backpressure", u)))
+        if on("queue_growth", name):
+            evidence.append(f"queue growing {val('queue_growth', name):.3f} s/s")
+        rate_skew = _ramp(val("rate_skew", name), 1.0, c.rate_skew_enter) if on("rate_skew", name) else 0.0
+        queue_skew = _ramp(val("queue_skew", name), 1.0, c.queue_skew_enter) if on("queue_skew", name) else 0.0
+        load_skew = _ramp(val("load_skew", name), 1.0, c.load_skew_enter) if on("load_skew", name) else 0.0
+        loaded = _ramp(op.busy_mean, c.utilization_target * 0.5, c.saturated_busy)
+        # Under-provisioned: all instances busy and work piling up; not explained by one instance.
+        under = (1.0 if pressure else 0.4) * loaded * (1.0 - 0.5 * max(rate_skew, load_skew))
+        # Slow instance: its service time is out of line (a slow host); its queue is the long one.
+        slow = (0.7 * rate_skew + 0.3 * queue_skew) if rate_skew > 0 else 0.0
+        # Data skew: one instance receives an outsized share while service times are normal.
+        skew = (0.7 * load_skew + 0.3 * queue_skew) * (1.0 - rate_skew) if load_skew > 0 else 0.0
+        over = 0.0
+        if not pressure and not upstream_bp and window.backlog <= max(window.input_rate, 1.0) \
+                and not on("backpressure", name):
+            over = 1.0 - _ramp(op.busy_max, c.low_utilization * 0.5, c.low_utilization)
+            over *= 1.0 if op.parallelism > 1 else 0.0
+        scores = {"under_provisioned": round(under, 3), "slow_instance": round(slow, 3),
+                  "data_skew": round(skew, 3), "over_provisioned": round(over, 3)}
+        instance = None
+        if slow >= 0.5:
+            s = sym[("rate_skew", name)]
+            instance = s.instance
+            evidence.append(f"instance {s.instance} service time {s.value:.2f}x the median")
+        if skew >= 0.5:
+            s = sym[("load_skew", name)]
+            instance = s.instance if instance is None else instance
+            share = op.instances[s.instance].processed_rate / max(op.processed_rate, 1e-9)
+            evidence.append(f"instance {s.instance} processes {share:.0%} of the tuples "
+                            f"({s.value:.2f}x the share the model expects)")
+        if over >= 0.5:
+            evidence.append(f"busiest instance {op.busy_max:.0%} busy, below {c.low_utilization:.0%}")
+        if under >= 0.5:
+            evidence.append(f"mean instance {op.busy_mean:.0%} busy")
+        causes = tuple(k for k in CAUSES if scores[k] >= 0.5)
+        out.append(Diagnosis(operator=name, scores=scores, causes=causes, evidence=tuple(evidence),
+                             instance=instance))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- resolvers
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A resolver's proposed action (the loop applies guard rails, blacklist, advisor mode)."""
+
+    kind: str
+    """scale | restart_instance | report_skew."""
+    operators: tuple[str, ...]
+    diagnosis: str
+    config: Mapping[str, int] | None
+    """scale: the full new configuration."""
+    reasons: tuple[str, ...]
+    expected: Mapping[str, float]
+    instance: int | None = None
+    detail: Mapping[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "operators": list(self.operators), "diagnosis": self.diagnosis,
+                "config": dict(self.config) if self.config is not None else None,
+                "reasons": list(self.reasons), "expected": dict(self.expected),
+                "instance": self.instance, "detail": dict(self.detail)}
+
+
+def target_rates(window: JobWindow, graph: nx.DiGraph, source_rates: Mapping[str, float]
+                 ) -> dict[str, float]:
+    """Input rate every operator must sustain: source rates propagated by observed selectivities
+    (the model's where the operator processed nothing)."""
+    target: dict[str, float] = {}
+    for v in nx.topological_sort(graph):
+        preds = list(graph.predecessors(v))
+        if not preds:
+            target[v] = float(source_rates.get(v, 0.0))
+            continue
+        total = 0.0
+        for u in preds:
+            o = window.operators.get(u)
+            if o is not None and o.processed_rate > 0 and v in o.output_rates:
+                ratio = o.output_rates[v] / o.processed_rate
+            else:
+                ratio = float(graph.edges[u, v].get("selectivity", 1.0))
+            total += target[u] * ratio
+        target[v] = total
+    return target
+
+
+def ds2_size(window: JobWindow, graph: nx.DiGraph, source_rates: Mapping[str, float],
+             utilization_target: float) -> dict[str, int]:
+    """DS2 with a utilization target: ``ceil(target_in / (true_rate_per_instance * target))`` for
+    every non-source operator with a measured true rate (others keep their parallelism)."""
+    targets = target_rates(window, graph, source_rates)
+    out = dict(window.config)
+    for v, t in targets.items():
+        o = window.operators.get(v)
+        if o is None or o.is_source:
+            continue
+        r = o.true_rate_per_instance
+        if not math.isfinite(r) or r <= 0:
+            continue
+        out[v] = max(1, math.ceil(t / (r * utilization_target) - 1e-9))
+    return out
+
+
+def key_group_range(instance: int, parallelism: int, max_parallelism: int) -> tuple[int, int]:
+    """Key groups [first, last] owned by ``instance`` (Flink's contiguous ranges)."""
+    first = -(-instance * max_parallelism // parallelism)
+    last = -(-(instance + 1) * max_parallelism // parallelism) - 1
+    return first, last
+
+
+def skew_report(model: JobModel, operator: str, instance: int, parallelism: int, share: float,
+                top: int = 5) -> dict:
+    """What a data-skew report says: the hot instance's key groups and, among them, the hottest
+    key groups of the model's key distribution on the operator's key-grouped input edge."""
+    spec = model.operator(operator)
+    maxp = spec.max_parallelism
+    lo, hi = key_group_range(instance, parallelism, maxp)
+    candidates: list[tuple[int, float]] = []
+    for e in model.edges:
+        if e.target == operator and e.grouping == "key" and e.keys is not None:
+            ranked = hot_key_groups(e.keys, maxp, top=maxp)
+            candidates = [(g, w) for g, w in ranked if lo <= g <= hi][:top]
+            break
+    return {"instance": instance, "share": share, "key_groups": [lo, hi],
+            "hot_key_groups": [g for g, _ in candidates],
+            "suggestion": (f"repartition {operator}: key groups {lo}-{hi} on instance {instance} receive "
+                           f"{share:.0%} of the input; split the hot key (salting / two-phase "
+                           f"aggregation) — adding instances does not divide one key")}
+
+
+def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
+            offered_rates: Sequence[Mapping[str, float]], config: ReactiveConfig = ReactiveConfig(),
+            allow_scale_down: bool = True) -> tuple[Proposal, ...]:
+    """Proposals for the diagnoses of the newest ``window``.
+
+    ``offered_rates``: per window of the stabilization window (oldest first), each source's
+    offered rate; scale-down sizes by their maximum.
+    """
+    c = config
+    graph = to_graph(model)
+    by_cause = {cause: [d for d in diagnoses if cause in d.causes] for cause in CAUSES}
+    out: list[Proposal] = []
+    current = dict(window.config)
+
+    for d in by_cause["slow_instance"]:
+        o = window.operators[d.operator]
+        out.append(Proposal(
+            kind="restart_instance", operators=(d.operator,), diagnosis="slow_instance", config=None,
+            instance=d.instance, reasons=tuple(d.evidence) + (f"scores {dict(d.scores)}",),
+            expected={"rate_skew": 1.0, "busy_max": round(o.busy_mean, 3)},
+            detail={"instance": d.instance}))
+    for d in by_cause["data_skew"]:
+        o = window.operators[d.operator]
+        inst = d.instance if d.instance is not None else 0
+        share = o.instances[inst].processed_rate / max(o.processed_rate, 1e-9)
+        report = skew_report(model, d.operator, inst, o.parallelism, share)
+        out.append(Proposal(kind="report_skew", operators=(d.operator,), diagnosis="data_skew", config=None,
+                            instance=inst, reasons=tuple(d.evidence) + (report["suggestion"],),
+                            expected={}, detail=report))
+
+    under = [d.operator for d in by_cause["under_provisioned"]]
+    sources_now = {s.operator: s.arrival_rate for s in window.sources}
+    if under:
+        drain = {s.operator: s.arrival_rate + s.source_lag / c.catch_up_s for s in window.sources}
+        sized = ds2_size(window, graph, drain, c.utilization_target)
+        new = dict(current)
+        changed = []
+        for v, p in sized.items():
+            if p > current[v]:
+                spec = model.operator(v)
+                cap = max(current[v] + 1, math.floor(current[v] * c.max_scale_factor))
+                new[v] = int(min(p, cap, spec.max_parallelism))
+                if new[v] != current[v]:
+                    changed.append(v)
+        if changed:
+            reasons = [f"under-provisioned: {', '.join(under)}"]
+            for v in changed:
+                o = window.operators[v]
+                reasons.append(f"{v}: {current[v]} -> {new[v]} (true rate {o.true_rate_per_instance:,.0f}/s per "
+                               f"instance, busy {o.busy_mean:.0%})")
+            backlog = window.backlog
+            reasons.append(f"offered {sum(sources_now.values()):,.0f}/s + backlog {backlog:,.0f} drained in "
+                           f"{c.catch_up_s:g}s, target utilization {c.utilization_target:.0%}")
+            out.append(Proposal(kind="scale", operators=tuple(changed), diagnosis="under_provisioned",
+                                config=new, reasons=tuple(reasons),
+                                expected={"busy_max": c.utilization_target, "backpressure_max": 0.0,
+                                          "throughput": sum(sources_now.values())}))
+    elif allow_scale_down and by_cause["over_provisioned"] and not by_cause["slow_instance"]:
+        peak: dict[str, float] = {}
+        for rates in offered_rates:
+            for k, r in rates.items():
+                peak[k] = max(peak.get(k, 0.0), r)
+        sized = ds2_size(window, graph, peak or sources_now, c.utilization_target)
+        new = dict(current)
+        changed = []
+        for d in by_cause["over_provisioned"]:
+            v = d.operator
+            p = max(sized.get(v, current[v]), model.operator(v).min_parallelism)
+            if p < current[v]:
+                new[v] = p
+                changed.append(v)
+        if changed:
+            reasons = [f"over-provisioned: {', '.join(changed)}",
+                       f"sized for the peak offered rate over the stabilization window "
+                       f"({sum(peak.values()):,.0f}/s) at utilization {c.utilization_target:.0%}"]
+            reasons += [f"{v}: {current[v]} -> {new[v]}" for v in changed]
+            out.append(Proposal(kind="scale", operators=tuple(changed), diagnosis="over_provisioned",
+                                config=new, reasons=tuple(reasons),
+                                expected={"busy_max": c.utilization_target, "backpressure_max": 0.0,
+                                          "throughput": sum(sources_now.values())}))
+    return tuple(out)
