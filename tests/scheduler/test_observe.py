@@ -1,0 +1,90 @@
+import math
+
+import pytest
+
+from scheduler.interfaces import MetricsBatch, MetricsUnavailable
+from scheduler.observe import MalformedMetrics, history_frames, job_windows
+from tests.scheduler.synth import FluidJob
+
+
+def _job(**kw):
+    job = FluidJob(service_ms={"a": 1.0, "b": 0.5}, config={"a": 2, "b": 1}, rate=1000.0, **kw)
+    job.advance(30)
+    return job
+
+
+def test_statistics_of_a_window():
+    ws = job_windows(_job().read(), sources=["source"])
+    assert len(ws) == 3
+    w = ws[-1]
+    a = w.operators["a"]
+    assert a.parallelism == 2 and a.processed_rate == pytest.approx(1000.0)
+    assert a.busy_mean == pytest.approx(0.5) and a.service_time_ms == pytest.approx(1.0)
+    assert a.true_rate_per_instance == pytest.approx(1000.0)
+    assert w.operators["b"].arrival_rate == pytest.approx(1000.0)
+    assert w.input_rate == pytest.approx(1000.0) and w.latency_ms["mean"] == 5.0
+    assert not w.restarting
+
+
+def test_backpressure_is_the_most_pressured_instance_not_a_sum():
+    job = FluidJob(service_ms={"a": 1.0, "b": 2.0}, config={"a": 3, "b": 1}, rate=1000.0)
+    job.advance(10)
+    a = job_windows(job.read(), sources=["source"])[0].operators["a"]
+    per_instance = [i.backpressure_fraction for i in a.instances]
+    assert sum(per_instance) > 1.0  # a sum would exceed the window
+    assert a.backpressure_max == pytest.approx(max(per_instance))
+    assert a.backpressure_max <= 1.0
+
+
+def test_source_arrival_counts_backlog_growth():
+    job = FluidJob(service_ms={"a": 2.0}, config={"a": 1}, rate=800.0)  # capacity 500/s
+    job.advance(20)
+    w = job_windows(job.read(), sources=["source"])
+    assert w[1].input_rate == pytest.approx(500.0)
+    assert w[1].offered_rate == pytest.approx(800.0)
+    assert w[1].backlog == pytest.approx(6000.0)
+
+
+def _batch(rows, config):
+    return MetricsBatch(as_of_s=1.0, rows=tuple(rows), config=config)
+
+
+@pytest.mark.parametrize("corrupt", ["short", "unknown", "negative", "nan", "missing_instance",
+                                     "missing_operator", "bad_ts"])
+def test_malformed_batches_are_rejected(corrupt):
+    job = _job()
+    batch = job.read()
+    rows = list(batch.rows)
+    if corrupt == "short":
+        rows[3] = rows[3][:5]
+    elif corrupt == "unknown":
+        rows[3] = rows[3][:5] + ("cpu_load",) + rows[3][6:]
+    elif corrupt == "negative":
+        rows[3] = rows[3][:6] + (-1.0,) + rows[3][7:]
+    elif corrupt == "nan":
+        rows[3] = rows[3][:6] + (math.nan,) + rows[3][7:]
+    elif corrupt == "missing_instance":
+        rows = [r for r in rows if not (r[3] == "a" and r[4] == 1 and r[5] == "busy_ms")]
+    elif corrupt == "missing_operator":
+        rows = [r for r in rows if r[3] != "b"]
+    elif corrupt == "bad_ts":
+        rows[0] = ("yesterday",) + rows[0][1:]
+    with pytest.raises(MalformedMetrics) as err:
+        job_windows(MetricsBatch(as_of_s=batch.as_of_s, rows=tuple(rows), config=batch.config),
+                    sources=["source"])
+    assert isinstance(err.value, MetricsUnavailable)
+
+
+def test_empty_batch_is_malformed():
+    with pytest.raises(MalformedMetrics):
+        job_windows(_batch([], {"a": 1}))
+
+
+def test_history_frames_have_the_calibration_columns():
+    from modeler.calibrate import EDGE_COLUMNS, OPERATOR_COLUMNS
+
+    ops, edges = history_frames(job_windows(_job().read(), sources=["source"]))
+    assert set(OPERATOR_COLUMNS) <= set(ops.columns) and set(EDGE_COLUMNS) <= set(edges.columns)
+    assert len(ops) == 9 and len(edges) == 6
+    sel = edges[edges["source_op"] == "a"]["selectivity"]
+    assert list(sel) == pytest.approx([1.0, 1.0, 1.0])
