@@ -1,0 +1,180 @@
+import random
+from dataclasses import replace
+
+import pytest
+
+from modeler.modelfile import parse_model_text
+from scheduler.interfaces import ActuationFailed, MetricsBatch, MetricsUnavailable
+from scheduler.loop import ControlLoop, GuardRails, LoopConfig, clamp_config, format_step, in_blackout
+from scheduler.state import InMemoryStateStore, SQLiteStateStore
+from scheduler.trust import TrustConfig
+from tests.scheduler.synth import T0, FluidJob, model_text
+
+SERVICE = {"a": 1.0, "b": 0.5}
+
+
+def _setup(rate=1000.0, config=None, factor=1.0, **loop_kw):
+    config = config or {"a": 2, "b": 1}
+    job = FluidJob(service_ms=SERVICE, config=dict(config), rate=rate)
+    model = parse_model_text(model_text({k: v * factor for k, v in SERVICE.items()}, config))
+    cfg = LoopConfig(**loop_kw)
+    return job, model, cfg
+
+
+def test_trusted_model_scales_once_on_a_load_step():
+    job, model, cfg = _setup(guard=GuardRails(stabilization_s=30, settle_s=0))
+    loop = ControlLoop(model, job, job, cfg)
+    loop.run(iterations=6, wait=job.advance)
+    assert loop.trust.state == "trusted" and job.applied == []
+    job.rate = 3000.0
+    steps = loop.run(iterations=15, wait=job.advance)
+    assert len(job.applied) == 1
+    scale = [s for s in steps if s.result.applied][0]
+    assert scale.decision.path == "model" and scale.decision.reasons
+    assert scale.decision.expected["busy_max"] <= 0.7
+    cap_a = job.config["a"] * 1000.0
+    assert cap_a * 0.7 >= 3000.0 and job.config["b"] * 2000.0 * 0.7 >= 3000.0
+
+
+def test_wrong_model_is_distrusted_recalibrated_and_reactive_meanwhile():
+    job, model, cfg = _setup(factor=2.0, trust=TrustConfig(bad_windows=3, good_windows=3))
+    loop = ControlLoop(model, job, job, cfg)
+    steps = loop.run(iterations=3, wait=job.advance)
+    assert steps[-1].evaluation.recalibration is not None
+    assert loop.model.operator("a").service_time_ms == pytest.approx(1.0, rel=0.02)
+    steps = loop.run(iterations=3, wait=job.advance)
+    assert steps[-1].evaluation.trust.state == "trusted"
+
+
+def test_advisor_decides_and_logs_but_never_acts():
+    job, model, cfg = _setup(rate=3000.0, guard=GuardRails(advisor=True))
+    store = InMemoryStateStore()
+    loop = ControlLoop(model, job, job, cfg, store=store)
+    steps = loop.run(iterations=10, wait=job.advance)
+    assert job.applied == []
+    advised = [r for r in store.actions() if r.advisor]
+    assert advised and all(r.outcome == "advised" and not r.applied for r in advised)
+    assert any("advisor" in format_step(s) for s in steps)
+
+
+def test_stabilization_and_blackout_hold():
+    job, model, cfg = _setup(rate=3000.0, guard=GuardRails(stabilization_s=10_000, settle_s=0))
+    loop = ControlLoop(model, job, job, cfg)
+    loop.last_action_s = T0.timestamp()
+    steps = loop.run(iterations=8, wait=job.advance)
+    assert job.applied == [] and any(s.decision.kind == "hold" and s.decision.blocked for s in steps)
+    assert in_blackout(T0.timestamp() + 3600 * 2.5, [("02:00", "03:00")])
+    assert in_blackout(T0.timestamp() + 3600 * 23.5, [("23:00", "01:00")])
+    assert not in_blackout(T0.timestamp() + 3600 * 12, [("23:00", "01:00")])
+    job2, model2, cfg2 = _setup(rate=3000.0, guard=GuardRails(blackout=(("00:00", "23:59"),)))
+    ControlLoop(model2, job2, job2, cfg2).run(iterations=8, wait=job2.advance)
+    assert job2.applied == []
+
+
+def test_scale_down_waits_for_the_delay():
+    job, model, cfg = _setup(rate=200.0, config={"a": 8, "b": 4},
+                             guard=GuardRails(scale_down_delay_s=100, stabilization_s=0, settle_s=0))
+    loop = ControlLoop(model, job, job, cfg)
+    loop.run(iterations=8, wait=job.advance)   # trusted after 3, then 100 s of recommendation
+    assert job.applied == []
+    loop.run(iterations=6, wait=job.advance)
+    assert len(job.applied) == 1 and job.config["a"] < 8 and job.config["a"] >= 1
+
+
+def test_clamp_respects_bounds_and_step():
+    model = parse_model_text(model_text(SERVICE, {"a": 2, "b": 1}, max_p=10))
+    g = GuardRails(min_parallelism=2, max_parallelism=64, max_change_per_step=3)
+    out = clamp_config({"a": 50, "b": 0}, {"source": 1, "a": 2, "b": 3}, model, g)
+    assert out == {"source": 1, "a": 5, "b": 2}
+
+
+class Flaky:
+    """Fault-injecting wrappers: a source failing / corrupting, an actuator failing."""
+
+    def __init__(self, job, rng, p_fail=0.2, p_malformed=0.1, p_act_fail=0.1):
+        self.job, self.rng = job, rng
+        self.p_fail, self.p_malformed, self.p_act_fail = p_fail, p_malformed, p_act_fail
+        self.read_ok = []
+        self.applies = []
+
+    def read(self, since_s=None):
+        r = self.rng.random()
+        if r < self.p_fail:
+            self.read_ok.append(False)
+            raise MetricsUnavailable("injected outage")
+        batch = self.job.read(since_s)
+        if r < self.p_fail + self.p_malformed:
+            self.read_ok.append(False)
+            rows = list(batch.rows)
+            kind = self.rng.randrange(4)
+            k = self.rng.randrange(len(rows))
+            if kind == 0:
+                rows[k] = rows[k][:4]
+            elif kind == 1:
+                rows[k] = rows[k][:6] + (float("nan"),) + rows[k][7:]
+            elif kind == 2:
+                rows = [x for x in rows if x[3] != "b"]
+            else:
+                rows = [x for x in rows if not (x[3] == "a" and x[4] == 0 and x[5] == "records_in")]
+            return MetricsBatch(as_of_s=batch.as_of_s, rows=tuple(rows), config=batch.config)
+        self.read_ok.append(True)
+        return batch
+
+    def current(self):
+        return self.job.current()
+
+    def apply(self, config, reason=""):
+        self.applies.append((len(self.read_ok), dict(config)))
+        if self.rng.random() < self.p_act_fail:
+            raise ActuationFailed("injected failure")
+        return self.job.apply(config, reason)
+
+
+@pytest.mark.slow
+def test_fault_injection_1000_iterations():
+    rng = random.Random(7)
+    g = GuardRails(min_parallelism=1, max_parallelism=12, max_change_per_step=3, stabilization_s=20,
+                   settle_s=0, scale_down_delay_s=60)
+    job, model, cfg = _setup(guard=g)
+    flaky = Flaky(job, rng)
+    loop = ControlLoop(model, flaky, flaky, cfg)
+    rates = [300.0, 1000.0, 3000.0, 6000.0, 800.0]
+    prev = dict(job.config)
+    acted_steps = 0
+    for i in range(1000):
+        if i % 60 == 0:
+            job.rate = rates[(i // 60) % len(rates)]
+        job.advance(cfg.interval_s)
+        s = loop.step()  # never raises
+        if s.result.attempted:
+            acted_steps += 1
+            assert flaky.read_ok[-1], "acted on a failed read"
+            assert s.observation.ok and s.observation.windows
+        for op, p in job.config.items():
+            assert 1 <= p <= 12
+            assert abs(p - prev[op]) <= 3
+        prev = dict(job.config)
+    assert flaky.read_ok.count(False) > 200
+    assert acted_steps >= 5 and len(job.applied) >= 3
+    assert any(r.outcome == "failed" for r in loop.store.actions()) or len(flaky.applies) < 10
+
+
+def test_action_log_and_blacklist_survive_a_restart(tmp_path):
+    db = tmp_path / "state.db"
+    job, model, cfg = _setup(guard=GuardRails(stabilization_s=30, settle_s=0))
+    loop = ControlLoop(model, job, job, cfg, store=SQLiteStateStore(db))
+    loop.run(iterations=5, wait=job.advance)
+    job.rate = 3000.0
+    loop.run(iterations=10, wait=job.advance)
+    from scheduler.state import strike, BlacklistConfig
+    loop.store.put_blacklist(strike(None, "scale", "a", "over_provisioned", 5, 1e12, "test", BlacklistConfig()))
+    actions = [r.to_dict() for r in loop.store.actions()]
+    assert actions
+    loop.store.close()
+
+    again = ControlLoop(model, job, job, cfg, store=SQLiteStateStore(db))
+    assert [r.to_dict() for r in again.store.actions()] == actions
+    assert [e.key for e in again.store.blacklist()] == [("scale", "a", "over_provisioned", 5)]
+    assert again.trust.state == loop.trust.state and again.last_action_s == loop.last_action_s
+    again.run(iterations=2, wait=job.advance)
+    assert len(again.store.actions()) >= len(actions)

@@ -1,0 +1,100 @@
+import pytest
+
+from modeler.keys import instance_of_key_group
+from modeler.modelfile import parse_model_text, to_graph
+from scheduler.observe import job_windows
+from scheduler.reactive import (Detectors, Hysteresis, ReactiveConfig, diagnose, key_group_range, resolve)
+from tests.scheduler.synth import FluidJob, model_text
+
+
+def test_hysteresis_has_separate_enter_and_exit():
+    h = Hysteresis(enter=0.1, exit=0.02, enter_n=2, exit_n=2)
+    assert [h.update(v) for v in (0.2, 0.05, 0.2, 0.2, 0.05, 0.05, 0.01, 0.01)] == \
+        [False, False, False, True, True, True, True, False]
+
+
+def _run(job, seconds, model=None):
+    model = model or parse_model_text(model_text(job.service_ms, job.config))
+    det = Detectors(ReactiveConfig())
+    history = []
+    symptoms = ()
+    job.advance(seconds)
+    for w in job_windows(job.read(), sources=["source"]):
+        history.append(w)
+        symptoms = det.update(history)
+    return model, history, diagnose(history[-1], symptoms, to_graph(model))
+
+
+def _causes(diags):
+    return {d.operator: d.causes for d in diags}
+
+
+def test_under_provisioned_operators_are_sized_together_from_true_rates():
+    # a saturates at 500/s; b (1.5 ms, p=1) could take 667/s: both need more at 1500/s offered
+    job = FluidJob(service_ms={"a": 2.0, "b": 1.5}, config={"a": 1, "b": 1}, rate=1500.0)
+    model, history, diags = _run(job, 60)
+    assert "under_provisioned" in _causes(diags)["a"]
+    props = resolve(history[-1], diags, model, [], ReactiveConfig(max_scale_factor=10))
+    scale = [p for p in props if p.kind == "scale"]
+    assert len(scale) == 1
+    cfg = scale[0].config
+    # DS2: (1500 + backlog/300) / (true rate * 0.7)
+    backlog = history[-1].backlog
+    need = (1500 + backlog / 300.0)
+    assert cfg["a"] == -(-need // (500 * 0.7))
+    assert cfg["b"] == -(-need // (1000 / 1.5 * 0.7))
+    assert set(scale[0].operators) == {"a", "b"}
+
+
+def test_per_step_cap():
+    job = FluidJob(service_ms={"a": 10.0}, config={"a": 1}, rate=2000.0)
+    model, history, diags = _run(job, 60)
+    props = resolve(history[-1], diags, model, [], ReactiveConfig(max_scale_factor=4))
+    assert [p.config["a"] for p in props if p.kind == "scale"] == [4]
+
+
+def test_slow_instance_is_not_under_provisioning():
+    job = FluidJob(service_ms={"a": 1.0}, config={"a": 4}, rate=1500.0, slow={("a", 2): 5.0})
+    model, history, diags = _run(job, 60)
+    d = {x.operator: x for x in diags}["a"]
+    assert d.causes == ("slow_instance",) and d.instance == 2
+    assert d.scores["slow_instance"] > d.scores["under_provisioned"]
+    props = resolve(history[-1], diags, model, [])
+    assert [(p.kind, p.instance) for p in props] == [("restart_instance", 2)]
+
+
+def test_data_skew_is_reported_with_the_hot_instances_key_groups():
+    job = FluidJob(service_ms={"a": 1.0}, config={"a": 4}, rate=1500.0, hot={"a": 0.6})
+    model, history, diags = _run(job, 60)
+    d = {x.operator: x for x in diags}["a"]
+    assert "data_skew" in d.causes and "slow_instance" not in d.causes and d.instance == 0
+    report = [p for p in resolve(history[-1], diags, model, []) if p.kind == "report_skew"][0]
+    lo, hi = report.detail["key_groups"]
+    assert report.detail["share"] == pytest.approx(0.6)
+    assert (lo, hi) == (0, 15)
+
+
+@pytest.mark.parametrize("p,maxp", [(3, 128), (4, 64), (7, 10)])
+def test_key_group_ranges_match_flink(p, maxp):
+    for i in range(p):
+        lo, hi = key_group_range(i, p, maxp)
+        assert all(int(instance_of_key_group(g, p, maxp)) == i for g in range(lo, hi + 1))
+        if lo > 0:
+            assert int(instance_of_key_group(lo - 1, p, maxp)) == i - 1
+
+
+def test_over_provisioned_scale_down_by_peak_rate_not_percent():
+    job = FluidJob(service_ms={"a": 1.0}, config={"a": 10}, rate=700.0)
+    model, history, diags = _run(job, 60)
+    assert "over_provisioned" in _causes(diags)["a"]
+    rates = [{"source": 700.0}, {"source": 1400.0}, {"source": 700.0}]
+    props = [p for p in resolve(history[-1], diags, model, rates) if p.kind == "scale"]
+    assert props[0].config["a"] == 2  # ceil(1400 / (1000 * 0.7)), not a fixed fraction of 10
+
+
+def test_several_causes_on_several_operators():
+    job = FluidJob(service_ms={"a": 1.0, "b": 1.0}, config={"a": 4, "b": 4}, rate=1500.0,
+                   slow={("a", 1): 6.0}, hot={"b": 0.7})
+    model, history, diags = _run(job, 60)
+    c = _causes(diags)
+    assert "slow_instance" in c["a"] and "data_skew" in c["b"]
