@@ -1,0 +1,165 @@
+"""``augury run --config FILE [--iterations N | --duration D] [--json]``: the control loop.
+
+The TOML config (``docs/control-loop.md``)::
+
+    [job]
+    model = "examples/wordcount.yaml"      # model file (relative to the config file)
+    state = "augury-state.db"              # SQLite state (action log, blacklist); optional
+    [metrics]
+    source = "testbed"                     # testbed (simulated job; the loop advances it)
+    rate = 1000.0                          # testbed: input rate, tuples/s (or [[metrics.steps]])
+    seed = 1
+    faults = "faults.yaml"                 # testbed: optional fault file
+    [actuator]
+    kind = "testbed"                       # testbed | dry-run (in-memory, records only)
+    [slo]
+    utilization_target = 0.7
+    latency_ms = 50.0                      # optional
+    latency_stat = "p99"
+    [intervals]
+    interval_s = 10.0
+    [guard]
+    advisor = false
+    min_parallelism = 1 ...                # every GuardRails field
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+
+from augury.commands._common import parse_duration_s
+from augury.errors import UsageError
+
+_SECTIONS = {"job", "metrics", "actuator", "slo", "intervals", "guard", "trust", "reactive", "blacklist"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run", help="run the control loop (collect, evaluate, decide, act) beside a job",
+        description="Run augury's control loop with a TOML config; print each decision and its reasons.")
+    parser.add_argument("--config", required=True, metavar="FILE", help="TOML config file")
+    parser.add_argument("--iterations", type=int, help="stop after N steps")
+    parser.add_argument("--duration", help="stop after this much (wall, or simulated for the testbed) time")
+    parser.add_argument("--quiet", action="store_true", help="print only steps that decide something")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per step (JSON lines)")
+    parser.set_defaults(func=run)
+
+
+def _fail(path: str, field: str, value, message: str) -> UsageError:
+    return UsageError(message, file=path, field=field, value=value)
+
+
+def _dataclass_from(cls, raw: dict, path: str, section: str, rename: dict | None = None):
+    rename = rename or {}
+    names = {f.name: f for f in fields(cls)}
+    kwargs = {}
+    for key, value in raw.items():
+        name = rename.get(key, key)
+        if name not in names:
+            raise _fail(path, f"{section}.{key}", value, f"unknown key (known: {', '.join(sorted(names))})")
+        if isinstance(value, list):
+            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+        kwargs[name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as err:
+        raise _fail(path, section, None, str(err)) from None
+
+
+def load_run_config(path: str) -> dict:
+    """Parse and check the TOML file; returns the pieces ``run`` needs."""
+    from scheduler.loop import GuardRails, LoopConfig
+    from scheduler.reactive import ReactiveConfig
+    from scheduler.state import BlacklistConfig
+    from scheduler.trust import TrustConfig
+
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise _fail(path, None, None, "no such file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise _fail(path, None, None, f"not valid TOML ({err})") from None
+    unknown = sorted(set(raw) - _SECTIONS)
+    if unknown:
+        raise _fail(path, unknown[0], None, f"unknown section (known: {', '.join(sorted(_SECTIONS))})")
+    job = raw.get("job", {})
+    if "model" not in job:
+        raise _fail(path, "job.model", None, "the model file is required")
+    base = Path(path).parent
+    model_path = str(base / job["model"])
+    state = str(base / job["state"]) if job.get("state") else None
+    slo = raw.get("slo", {})
+    intervals = raw.get("intervals", {})
+    loop_kwargs = {}
+    for key, name in (("utilization_target", "utilization_target"), ("latency_ms", "latency_slo_ms"),
+                      ("latency_stat", "latency_stat"), ("utilization_band", "utilization_band")):
+        if key in slo:
+            loop_kwargs[name] = tuple(slo[key]) if isinstance(slo[key], list) else slo[key]
+    for key in ("interval_s", "evaluate_after_s", "catch_up_s", "confirm_windows", "history_windows"):
+        if key in intervals:
+            loop_kwargs[key] = intervals[key]
+    extra = sorted(set(slo) - {"utilization_target", "latency_ms", "latency_stat", "utilization_band"})
+    if extra:
+        raise _fail(path, f"slo.{extra[0]}", None, "unknown key")
+    extra = sorted(set(intervals) - {"interval_s", "evaluate_after_s", "catch_up_s", "confirm_windows",
+                                     "history_windows"})
+    if extra:
+        raise _fail(path, f"intervals.{extra[0]}", None, "unknown key")
+    loop_kwargs["guard"] = _dataclass_from(GuardRails, raw.get("guard", {}), path, "guard")
+    loop_kwargs["trust"] = _dataclass_from(TrustConfig, raw.get("trust", {}), path, "trust")
+    loop_kwargs["reactive"] = _dataclass_from(ReactiveConfig, raw.get("reactive", {}), path, "reactive")
+    loop_kwargs["blacklist"] = _dataclass_from(BlacklistConfig, raw.get("blacklist", {}), path, "blacklist")
+    cfg = LoopConfig(**loop_kwargs)
+    if cfg.interval_s <= 0:
+        raise _fail(path, "intervals.interval_s", cfg.interval_s, "must be > 0")
+    metrics = raw.get("metrics", {})
+    if metrics.get("source", "testbed") != "testbed":
+        raise _fail(path, "metrics.source", metrics.get("source"), "supported: testbed")
+    actuator = raw.get("actuator", {}).get("kind", "testbed")
+    if actuator not in ("testbed", "dry-run"):
+        raise _fail(path, "actuator.kind", actuator, "supported: testbed, dry-run")
+    return {"model": model_path, "state": state, "loop": cfg, "metrics": metrics, "actuator": actuator,
+            "base": base}
+
+
+def run(args: argparse.Namespace) -> int:
+    from experiments.testbed import PiecewiseRate, Testbed, TestbedConfig, load_faults
+    from modeler.modelfile import load_model
+    from scheduler.interfaces import InMemoryActuator
+    from scheduler.loop import ControlLoop, format_step
+    from scheduler.state import InMemoryStateStore, SQLiteStateStore
+
+    spec = load_run_config(args.config)
+    if args.iterations is not None and args.iterations < 1:
+        raise UsageError("must be >= 1", field="--iterations", value=args.iterations)
+    duration = parse_duration_s(args.duration, "--duration") if args.duration else None
+    if args.iterations is None and duration is None:
+        raise UsageError("the testbed source needs a bound: --iterations N or --duration D", field="--iterations")
+    model = load_model(spec["model"])
+    m = spec["metrics"]
+    if "steps" in m:
+        times = tuple(float(s["at_s"]) for s in m["steps"])
+        load = PiecewiseRate(times, tuple(float(s["rate"]) for s in m["steps"]))
+    else:
+        load = float(m.get("rate", 1000.0))
+    faults = load_faults(str(spec["base"] / m["faults"])) if m.get("faults") else ()
+    tb = Testbed(model, load, TestbedConfig(seed=int(m.get("seed", 0)), restart_s=float(m.get("restart_s", 10.0))),
+                 faults=faults)
+    actuator = tb if spec["actuator"] == "testbed" else InMemoryActuator(tb.current())
+    store = SQLiteStateStore(spec["state"]) if spec["state"] else InMemoryStateStore()
+    loop = ControlLoop(model, tb, actuator, spec["loop"], store=store)
+    sim_clock = lambda: tb.now_s  # noqa: E731 - the testbed's time is simulated
+
+    def show(step):
+        if args.json:
+            sys.stdout.write(json.dumps(step.to_dict(), default=str) + "\n")
+        elif not args.quiet or step.decision.kind not in ("none", "hold"):
+            print(format_step(step), flush=True)
+
+    loop.run(iterations=args.iterations, duration_s=duration, wait=tb.advance, on_step=show, clock=sim_clock)
+    return 0
