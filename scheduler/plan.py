@@ -37,17 +37,25 @@ How, and why it is optimal for the model (``modeler.queueing``):
    for the lowest latency; the first T with a configuration within the SLO is the answer. The
    search assigns one group at a time (vectorized over the whole frontier with
    ``predict_batch``). A partial assignment is pruned when a lower bound on the latency of all
-   its completions exceeds the SLO: every unassigned group is raised to the largest value the
-   remaining budget allows. That bound is valid because the model's latency is monotone
-   non-increasing in the parallelism of *monotone* groups: operators fed only by shuffle (or
-   forward, within the group) edges with linear scaling, when output batching is off (a
-   Hypothesis-tested invariant of the model, ``tests/modeler/test_queueing.py`` and
-   ``tests/scheduler/test_plan.py``). Groups without that guarantee (key-grouped, broadcast-fed,
-   contention or table scaling, or any group when buffer batching is on) are assigned first and
-   enumerated exhaustively, never relaxed. The DRS-style greedy (add an instance where latency
-   drops most per instance) gives an incumbent and an upper bound on T; it is not trusted on its
-   own: our latency is not separable (variability propagates between operators, p99 comes from a
-   fitted gamma), and the tests show it can be beaten.
+   its completions exceeds the SLO: every unassigned group raised to the largest value the
+   remaining budget allows, evaluated for the **mean** latency. That is a lower bound because
+   (a) the model's mean latency is monotone non-increasing in the parallelism of *monotone*
+   groups: operators fed only by shuffle (or forward, within the group) edges with linear
+   scaling, when output batching is off (a Hypothesis-tested invariant,
+   ``tests/modeler/test_queueing.py``, ``tests/scheduler/test_plan.py``); (b) for the other
+   groups (key-grouped, contention/table scaling, batching) the bound is evaluated in a
+   *relaxed* model (``_relaxed_model``: key grouping as an even shuffle, scaling at its smallest
+   factor, no batching) whose mean latency is below the real one and monotone in every group
+   (also Hypothesis-tested); broadcast-fed groups are enumerated before any bound is used; and
+   (c) p95/p99 are at least the mean: they are quantiles of a shifted gamma whose random part
+   has squared coefficient of variation 1/k, and the gamma's p95 (p99) exceeds its mean for
+   every k above 0.0137 (0.00174), i.e. unless that SCV exceeds 72 (575). The tail statistics
+   themselves are *not* monotone in parallelism (the gamma is fitted to a mixture over
+   source->sink paths; speeding up a short path widens the mixture: up to ~4 % on random DAGs),
+   so they are only ever compared, never used as bounds. The DRS-style greedy (add an instance
+   where latency drops most per instance) gives an incumbent and an upper bound on T; it is not
+   trusted on its own: our latency is not separable (variability propagates between operators,
+   tails come from the fitted mixture).
 3. **Infeasibility is proven, not guessed.** An operator with no parallelism meeting the
    utilization target (or a pinned one above it) makes the plan infeasible, and the reason names
    it. For the SLO, the lowest latency any configuration can reach is the latency with every
@@ -95,7 +103,7 @@ class PlanConfig:
     """mean | p95 | p99: the statistic the SLO (and the tie-break) uses."""
     align: bool = False
     """Key-grouped operators only at divisors of their max_parallelism (even key-group ranges)."""
-    max_evaluations: int = 500_000
+    max_evaluations: int = 200_000
     """Budget of model evaluations (configurations) for the latency search."""
     max_global_enumeration: int = 50_000
     """Largest joint enumeration of non-monotone groups used to prove an SLO unreachable."""
@@ -385,7 +393,7 @@ class _Problem:
     def _util_reason(self, j: int) -> str:
         g = self.var[j]
         cache = self.util_cache[j]
-        best_p = min(cache, key=lambda p: (cache[p], p))
+        best_p = min(cache, key=lambda p: (round(cache[p], 12), -p))  # ties: report the top
         util = cache[best_p]
         batch = self.evaluate(self.config_matrix(
             np.array([[best_p if k == j else gg.domain[0] for k, gg in enumerate(self.var)]])))
@@ -472,10 +480,11 @@ def _bound(prob: _Problem, vals: np.ndarray, rem: np.ndarray, later: Sequence[in
            costs: list[np.ndarray]) -> np.ndarray:
     """Lower bound on the latency of every completion of the partial assignments ``vals``
     (``later`` unassigned, ``rem`` instances left): the real model when all of ``later`` are
-    monotone in it, else the relaxed model."""
+    monotone in it, else the relaxed model. Always the *mean*: p95/p99 are at least the mean
+    (see the module docstring) but, unlike the mean, not monotone in parallelism."""
     top = _raise_to_budget(prob, vals, rem, later, costs)
     relaxed = not all(prob.var[j].monotone for j in later)
-    lat = prob.latency(prob.evaluate(prob.config_matrix(top), relaxed=relaxed))
+    lat = prob.evaluate(prob.config_matrix(top), relaxed=relaxed).latency("mean")
     return np.where(np.isnan(lat), -np.inf, lat)  # saturated bound (broadcast loads): no pruning
 
 
@@ -588,7 +597,7 @@ def _greedy(prob: _Problem, b: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def _global_bound(prob: _Problem, b: np.ndarray) -> tuple[np.ndarray, float] | None:
-    """A lower bound on the latency of every configuration, and where it is reached: every
+    """A lower bound on the mean latency (so on every statistic) of every configuration, and where it is reached: every
     relaxable group at its top (in the real model when all groups are monotone, else the relaxed
     one), broadcast-fed groups enumerated jointly. None when that enumeration is too large."""
     enum = [j for j, g in enumerate(prob.var) if not g.relaxable]
@@ -604,7 +613,7 @@ def _global_bound(prob: _Problem, b: np.ndarray) -> tuple[np.ndarray, float] | N
         vals[:, enum] = np.array(combos, dtype=np.int64)
     relaxed = not all(g.monotone for g in prob.var)
     batch = prob.evaluate(prob.config_matrix(vals), relaxed=relaxed)
-    lat = prob.latency(batch)
+    lat = batch.latency("mean")
     lat = np.where(np.isnan(lat), np.inf, lat)
     i = int(np.argmin(lat))
     return vals[i], float(lat[i])
@@ -744,25 +753,27 @@ def _binding_notes(prob: _Problem, b: np.ndarray) -> list[str]:
 
 
 def _slo_reasons(prob: _Problem, values: np.ndarray, bound: float) -> list[str]:
+    """Why the SLO is out of reach: ``bound`` is a lower bound on the mean latency of every
+    configuration, reached (in the real or relaxed model) at ``values``."""
     stat, slo = prob.stat, prob.slo
     P = prob.config_matrix(values)
     batch = prob.evaluate(P)
-    real = float(prob.latency(batch)[0])
     exact = all(g.monotone for g in prob.var)
-    floor = float(prob.latency(prob.evaluate(P, rate=max(prob.rate, 1.0) * 1e-9, relaxed=not exact))[0])
+    floor = float(prob.evaluate(P, rate=max(prob.rate, 1.0) * 1e-9, relaxed=not exact).latency("mean")[0])
     soj = batch.sojourn_ms[0]
     top = np.argsort(-np.nan_to_num(soj, nan=-1))[:3]
     worst = ", ".join(f"{prob.c.names[v]} {soj[v]:.3g} ms" for v in top if np.isfinite(soj[v]) and soj[v] > 0)
     at_max = [f"{g.label} ({int(v)})" for g, v in zip(prob.var, values) if int(v) == int(g.domain[-1])]
+    also = "" if stat == "mean" else f"; the {stat} is at least the mean"
+    approx = "" if exact else ", key skew and contention ignored: a lower bound"
     if floor > slo:
-        head = (f"latency SLO {slo:g} ms is below the no-queueing floor {floor:.4g} ms ({stat} of "
+        head = (f"latency SLO {slo:g} ms is below the no-queueing floor {floor:.4g} ms (mean of "
                 f"service, network and batching delays alone, every operator at max parallelism"
-                + (")" if exact else "; key skew and contention ignored, so a lower bound)"))
+                f"{approx}{also})")
     else:
-        head = (f"latency SLO {slo:g} ms is below the lowest {stat} any configuration reaches: "
-                + (f"{real:.4g} ms" if exact else
-                   f"at least {bound:.4g} ms (key skew and contention ignored; {real:.4g} ms with them)")
-                + f", every operator at max parallelism (no-queueing floor {floor:.4g} ms)")
+        head = (f"latency SLO {slo:g} ms is below the lowest mean latency any configuration reaches, "
+                f"{bound:.4g} ms (every operator at max parallelism{approx}{also}; no-queueing "
+                f"floor {floor:.4g} ms)")
     out = [head]
     if worst:
         out.append(f"largest mean sojourns there: {worst}")

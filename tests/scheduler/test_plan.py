@@ -1,0 +1,412 @@
+"""scheduler.plan against exhaustive search (fewest instances, then lowest latency), on the
+bundled examples and on random small DAGs; the model properties the planner's bounds rely on."""
+
+from __future__ import annotations
+
+import itertools
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from modeler.modelfile import load_model, parse_model
+from modeler.queueing import compile_model, predict, predict_batch
+from scheduler.errors import SchedulerError
+from scheduler.plan import Plan, PlanConfig, _relaxed_model, plan
+from tests.conftest import EXAMPLES
+
+U_EPS = 1e-9
+L_EPS = 1e-12
+
+
+# --------------------------------------------------------------------------- oracle
+
+
+def _groups(model):
+    """Variable groups (forward-connected operators, no source, min < max) and their domains,
+    computed independently of the planner."""
+    g = nx.Graph()
+    g.add_nodes_from(model.operator_names)
+    g.add_edges_from((e.source, e.target) for e in model.edges if e.grouping == "forward")
+    out = []
+    for comp in sorted(nx.connected_components(g), key=lambda c: model.operator_names.index(min(c, key=model.operator_names.index))):
+        ops = [model.operator(n) for n in sorted(comp, key=model.operator_names.index)]
+        lo, hi = max(o.min_parallelism for o in ops), min(o.max_parallelism for o in ops)
+        if any(o.is_source for o in ops) or lo >= hi:
+            continue
+        out.append(([o.name for o in ops], list(range(lo, hi + 1))))
+    return out
+
+
+def _align(model, groups):
+    out = []
+    for names, dom in groups:
+        for n in names:
+            if any(e.grouping == "key" for e in model.edges if e.target == n):
+                dom = [p for p in dom if model.operator(n).max_parallelism % p == 0]
+        out.append((names, dom))
+    return out
+
+
+def _check(compiled, P, rate, cfg):
+    batch = predict_batch(compiled, P, rate)
+    lat = batch.latency(cfg.latency_stat)
+    ok = ~batch.saturated & (batch.max_utilization.max(axis=1) <= cfg.utilization_target * (1 + U_EPS))
+    ok &= ~np.isnan(lat)
+    if cfg.latency_slo_ms is not None:
+        ok &= lat <= cfg.latency_slo_ms * (1 + L_EPS)
+    return ok, lat
+
+
+def _rows(compiled, groups, combos):
+    base = compiled.config_array([{}])[0]
+    P = np.repeat(base[None, :], len(combos), axis=0)
+    for j, (names, _) in enumerate(groups):
+        for n in names:
+            P[:, compiled.index[n]] = [c[j] for c in combos]
+    return P
+
+
+def exhaustive_product(model, rate, cfg):
+    """Every configuration in the product of the domains: (instances, latency) of the best, or None."""
+    compiled = compile_model(model)
+    groups = _groups(model)
+    if cfg.align:
+        groups = _align(model, groups)
+    combos = list(itertools.product(*[d for _, d in groups]))
+    P = _rows(compiled, groups, combos)
+    ok, lat = _check(compiled, P, rate, cfg)
+    if not ok.any():
+        return None
+    sizes = np.array([len(n) for n, _ in groups])
+    inst = np.array([int(np.dot(sizes, c)) for c in combos]) if groups else np.zeros(len(combos), int)
+    best_inst = inst[ok].min()
+    best_lat = lat[ok & (inst == best_inst)].min()
+    return int(best_inst), float(best_lat)
+
+
+def exhaustive_by_total(model, rate, cfg, max_total):
+    """Configurations enumerated by total instance count upward (for large domains): the first
+    total with a feasible configuration, and its lowest latency. Singleton groups only."""
+    compiled = compile_model(model)
+    groups = _groups(model)
+    assert all(len(n) == 1 for n, _ in groups)
+    # An independent lower bound: the hottest share is at least 1/p.
+    low = predict(compiled, None, rate)
+    lows = []
+    for names, dom in groups:
+        op = model.operator(names[0])
+        need = rate * low.operators[names[0]].arrival_rate / max(rate, 1e-300) * op.service_time_ms / 1000.0
+        lows.append(max(dom[0], int(np.ceil(need / cfg.utilization_target - 1e-9))))
+    his = [d[-1] for _, d in groups]
+    for total in range(sum(lows), max_total + 1):
+        combos = [c for c in _compositions(total, lows, his)]
+        if not combos:
+            continue
+        ok, lat = _check(compiled, _rows(compiled, groups, combos), rate, cfg)
+        if ok.any():
+            return total, float(lat[ok].min())
+    return None
+
+
+def _compositions(total, lows, his):
+    if len(lows) == 1:
+        if lows[0] <= total <= his[0]:
+            yield (total,)
+        return
+    rest_low = sum(lows[1:])
+    for p in range(lows[0], min(his[0], total - rest_low) + 1):
+        for tail in _compositions(total - p, lows[1:], his[1:]):
+            yield (p,) + tail
+
+
+def _assert_matches(result: Plan, oracle, cfg):
+    if oracle is None:
+        assert not result.feasible, result.reasons
+        assert result.optimal
+        assert result.reasons
+        return
+    assert result.feasible, result.reasons
+    assert result.optimal
+    assert result.instances == oracle[0]
+    assert result.prediction.latency_ms[cfg.latency_stat] == pytest.approx(oracle[1], rel=1e-9)
+    pred = result.prediction
+    assert not pred.saturated
+    assert max(op.max_utilization for op in pred.operators.values()) <= cfg.utilization_target * (1 + U_EPS)
+    if cfg.latency_slo_ms is not None:
+        assert pred.latency_ms[cfg.latency_stat] <= cfg.latency_slo_ms * (1 + L_EPS)
+
+
+# ------------------------------------------------------------------------- examples
+
+
+EXAMPLE_CASES = [
+    # file, load (fraction of the model's max rate at its own parallelism), SLO factor over the
+    # latency at the utilization-minimal plan (None = no SLO), stat
+    ("wordcount.yaml", 0.5, None, "p99"),
+    ("wordcount.yaml", 0.5, 0.85, "p99"),
+    ("wordcount.yaml", 3.0, 0.97, "mean"),
+    ("diamond.yaml", 0.5, None, "p99"),
+    ("diamond.yaml", 0.5, 0.85, "p99"),
+    ("diamond.yaml", 2.0, 0.9, "p95"),
+    ("diamond.yaml", 2.0, 0.5, "p99"),   # below the floor: infeasible
+    ("pipeline.yaml", 0.5, None, "p99"),
+    ("pipeline.yaml", 0.5, 0.9, "p99"),
+    ("pipeline.yaml", 1.5, 0.95, "mean"),
+]
+
+
+@pytest.mark.parametrize("name,load,slo_factor,stat", EXAMPLE_CASES)
+def test_plan_equals_exhaustive_search_on_examples(name, load, slo_factor, stat):
+    model = load_model(EXAMPLES / name)
+    rate = load * predict(model, None, 1.0).max_rate
+    slo = None
+    if slo_factor is not None:
+        base = plan(model, rate, PlanConfig(latency_stat=stat))
+        slo = slo_factor * base.prediction.latency_ms[stat]
+    cfg = PlanConfig(latency_slo_ms=slo, latency_stat=stat)
+    result = plan(model, rate, cfg)
+    total = result.instances if result.feasible else sum(
+        op.max_parallelism for op in model.operators if not op.is_source)
+    oracle = exhaustive_by_total(model, rate, cfg, max_total=min(total, 80))
+    if oracle is None and not result.feasible:
+        # The oracle found nothing up to 80 instances. The planner either proved the SLO out of
+        # reach (mean-latency bound) or says that its budget ran out: it never claims a plan.
+        assert any("SLO" in r for r in result.reasons) or (
+            not result.optimal and "search budget" in result.reasons[0])
+        return
+    _assert_matches(result, oracle, cfg)
+
+
+def test_align_restricts_key_grouped_operators_to_divisors():
+    model = load_model(EXAMPLES / "wordcount.yaml")
+    rate = 1.5 * predict(model, None, 1.0).max_rate
+    free = plan(model, rate)
+    aligned = plan(model, rate, PlanConfig(align=True))
+    assert 128 % aligned.config["count"] == 0
+    assert aligned.instances >= free.instances
+    assert aligned.feasible
+    # Every divisor of 128 below the aligned choice misses the target.
+    for p in (d for d in range(1, aligned.config["count"]) if 128 % d == 0):
+        pred = predict(model, {"split": aligned.config["split"], "count": p}, rate)
+        assert pred.operators["count"].max_utilization > 0.7
+
+
+def test_unreachable_utilization_names_the_operator_and_hot_share():
+    model = parse_model({"augury": 1, "operators": [
+        {"name": "src", "role": "source"},
+        {"name": "count", "service_time_ms": 1.0, "max_parallelism": 16}],
+        "edges": [{"from": "src", "to": "count", "grouping": "key",
+                   "keys": {"weights": [5, 1, 1, 1]}}]})
+    result = plan(model, 1200.0)  # the hot key alone: 1200/s * 5/8 * 1 ms = 0.75
+    assert not result.feasible and result.optimal
+    (reason,) = result.reasons
+    assert reason.startswith("count: even at max_parallelism 16 the hottest instance's utilization is")
+    assert "hot key group share 0.625" in reason
+    assert "> 0.7" in reason
+
+
+def test_pinned_source_over_target_is_reported():
+    model = parse_model({"augury": 1, "operators": [
+        {"name": "src", "role": "source", "service_time_ms": 1.0},
+        {"name": "a", "service_time_ms": 0.1}],
+        "edges": [{"from": "src", "to": "a"}]})
+    result = plan(model, 900.0)
+    assert not result.feasible
+    assert result.reasons[0].startswith("src: parallelism is fixed at 1 (a source)")
+
+
+def test_slo_below_floor_is_infeasible_with_reason():
+    model = load_model(EXAMPLES / "diamond.yaml")
+    result = plan(model, 1000.0, PlanConfig(latency_slo_ms=1.0))
+    assert not result.feasible and result.optimal
+    assert result.reasons[0].startswith("latency SLO 1 ms is below the no-queueing floor")
+
+
+def test_bad_arguments_raise_scheduler_error():
+    model = load_model(EXAMPLES / "diamond.yaml")
+    for kwargs in ({"utilization_target": 0}, {"utilization_target": 1.5}, {"latency_slo_ms": -1},
+                   {"latency_stat": "p50"}):
+        with pytest.raises(SchedulerError):
+            plan(model, 10.0, PlanConfig(**kwargs))
+    with pytest.raises(SchedulerError):
+        plan(model, -1.0)
+
+
+def test_zero_rate_plans_the_minimum():
+    model = load_model(EXAMPLES / "pipeline.yaml")
+    result = plan(model, 0.0)
+    assert result.feasible
+    for op in model.operators:
+        if not op.is_source:
+            assert result.config[op.name] == op.min_parallelism
+
+
+# ----------------------------------------------------------------------- random DAGs
+
+
+@st.composite
+def planning_cases(draw):
+    """Small DAGs with every grouping, contention, pinned operators and batching; small bounds."""
+    n = draw(st.integers(2, 4))
+    ops = [{"name": "src", "role": "source", "parallelism": draw(st.integers(1, 2))}]
+    edges = []
+    par = {"src": ops[0]["parallelism"]}
+    for i in range(1, n + 1):
+        name = f"o{i}"
+        hi = draw(st.integers(2, 5))
+        op = {"name": name, "service_time_ms": draw(st.floats(0.1, 3.0)),
+              "service_scv": draw(st.sampled_from([0.25, 1.0, 2.0])), "max_parallelism": hi}
+        if draw(st.integers(0, 9)) == 0:
+            op["min_parallelism"] = hi  # pinned
+        if draw(st.integers(0, 5)) == 0:
+            op["scaling"] = {"form": "contention", "overhead": draw(st.sampled_from([0.05, 0.2]))}
+        parents = draw(st.lists(st.integers(0, i - 1), min_size=1, max_size=2, unique=True))
+        p_here = op.get("min_parallelism", 1)
+        for u in parents:
+            src = "src" if u == 0 else f"o{u}"
+            grouping = draw(st.sampled_from(["shuffle", "shuffle", "key", "key", "broadcast", "forward"]))
+            if grouping == "forward" and (len(parents) > 1 or src == "src"):
+                grouping = "shuffle"
+            if grouping == "forward":
+                up = next(o for o in ops if o["name"] == src)
+                op["max_parallelism"] = up["max_parallelism"]
+                op.pop("min_parallelism", None)
+                p_here = par[src]
+            edge = {"from": src, "to": name, "grouping": grouping,
+                    "selectivity": draw(st.sampled_from([0.5, 1.0, 2.0]))}
+            if grouping == "key":
+                edge["keys"] = {"distribution": "zipf", "exponent": draw(st.floats(0.0, 1.2)),
+                                "count": draw(st.sampled_from([8, 40]))}
+            edges.append(edge)
+        op["parallelism"] = p_here
+        par[name] = p_here
+        ops.append(op)
+    top = {}
+    if draw(st.integers(0, 5)) == 0:
+        top = {"buffer_timeout_ms": 1.0, "buffer_records": 8}
+    model = parse_model({"augury": 1, "job": "t", "operators": ops, "edges": edges,
+                         "network_delay_ms": 0.05, **top})
+    # A rate between 10 % and 130 % of what the all-max configuration sustains at the target.
+    compiled = compile_model(model)
+    top_cfg = {o.name: o.max_parallelism for o in model.operators if not o.is_source}
+    for g in compiled.forward_groups:
+        hi = min(compiled.max_p[v] for v in g)
+        for v in g:
+            if compiled.names[v] in top_cfg:
+                top_cfg[compiled.names[v]] = int(hi)
+    try:
+        top_pred = predict(compiled, top_cfg, 1.0)
+    except Exception:
+        top_pred = predict(compiled, None, 1.0)
+    rate = draw(st.floats(0.1, 1.3)) * 0.7 * min(top_pred.max_rate, 1e7)
+    stat = draw(st.sampled_from(["mean", "p95", "p99"]))
+    slo = None
+    if draw(st.booleans()):
+        lat = predict(compiled, top_cfg, rate).latency_ms[stat] if rate < top_pred.max_rate else None
+        slo = (lat or 5.0) * draw(st.floats(0.9, 2.5))
+    cfg = PlanConfig(utilization_target=draw(st.sampled_from([0.5, 0.7, 0.9])), latency_slo_ms=slo,
+                     latency_stat=stat, align=draw(st.integers(0, 4)) == 0)
+    return model, rate, cfg
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=planning_cases())
+def test_plan_equals_exhaustive_search_on_random_dags(case):
+    model, rate, cfg = case
+    _assert_matches(plan(model, rate, cfg), exhaustive_product(model, rate, cfg), cfg)
+
+
+# ------------------------------------------------------- properties the bounds rely on
+
+
+@st.composite
+def bound_cases(draw):
+    model, rate, _ = draw(planning_cases())
+    compiled = compile_model(model)
+    rows = []
+    for _ in range(8):
+        cfg = {}
+        for names, dom in _groups(model):
+            p = draw(st.sampled_from(dom))
+            cfg.update({n: p for n in names})
+        rows.append(cfg)
+    return model, compiled, rows, draw(st.floats(0.05, 0.95))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=bound_cases())
+def test_relaxed_model_is_a_lower_bound_and_monotone(case):
+    """The planner prunes with the mean latency of ``_relaxed_model``: it never exceeds the real
+    model's, and raising any non-broadcast-fed operator's parallelism never raises it."""
+    model, compiled, rows, load = case
+    groups = _groups(model)
+
+    class _G:  # the relaxed model only needs each group's names and domain
+        def __init__(self, names, dom):
+            self.names, self.domain = names, np.array(dom)
+
+    relaxed = compile_model(_relaxed_model(model, [_G(n, d) for n, d in groups]))
+    P = compiled.config_array(rows)
+    rate = load * predict_batch(compiled, P, 1.0).max_rate.min()
+    real = predict_batch(compiled, P, rate)
+    low = predict_batch(relaxed, P, rate)
+    assert np.all(low.latency_mean_ms <= real.latency_mean_ms * (1 + 1e-9))
+    for names, dom in groups:
+        if any(e.grouping == "broadcast" for e in model.edges if e.target in names):
+            continue
+        Q = P.copy()
+        for n in names:
+            Q[:, compiled.index[n]] = np.minimum(Q[:, compiled.index[n]] + 1, dom[-1])
+        more = predict_batch(relaxed, Q, rate)
+        assert np.all(more.latency_mean_ms <= low.latency_mean_ms * (1 + 1e-9)), names
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=bound_cases())
+def test_mean_monotone_in_shuffle_fed_linear_operators_and_tails_above_mean(case):
+    """The real model's mean never rises when a monotone group gains an instance, and p95/p99
+    (which are not monotone) are never below the mean: together they make the mean a valid
+    pruning bound for every statistic."""
+    model, compiled, rows, load = case
+    P = compiled.config_array(rows)
+    rate = load * predict_batch(compiled, P, 1.0).max_rate.min()
+    base = predict_batch(compiled, P, rate)
+    for stat in ("p95", "p99"):
+        assert np.all(base.latency(stat) >= base.latency_mean_ms * (1 - 1e-12))
+    if model.buffer_timeout_ms > 0:
+        return
+    for names, dom in _groups(model):
+        ins = [e for e in model.edges if e.target in names]
+        if not all(e.grouping == "shuffle" or (e.grouping == "forward" and e.source in names) for e in ins):
+            continue
+        if any(model.operator(n).scaling.form != "linear" for n in names):
+            continue
+        Q = P.copy()
+        for n in names:
+            Q[:, compiled.index[n]] = np.minimum(Q[:, compiled.index[n]] + 1, dom[-1])
+        more = predict_batch(compiled, Q, rate)
+        assert np.all(more.latency_mean_ms <= base.latency_mean_ms * (1 + 1e-9)), names
+
+
+def test_tail_latency_is_not_monotone_so_plan_never_bounds_with_it():
+    """A counterexample Hypothesis found (all shuffle): giving the sink o4 a second instance
+    raises the p99 (the gamma fitted to the path mixture widens). The plan must still be the
+    exhaustive optimum here."""
+    model = parse_model({"augury": 1, "network_delay_ms": 0.05, "operators": [
+        {"name": "src", "role": "source"},
+        {"name": "o1", "parallelism": 2, "min_parallelism": 2, "max_parallelism": 2, "service_time_ms": 1.0},
+        {"name": "o2", "parallelism": 2, "min_parallelism": 2, "max_parallelism": 2, "service_time_ms": 1.0},
+        {"name": "o3", "parallelism": 2, "min_parallelism": 2, "max_parallelism": 2, "service_time_ms": 1.0},
+        {"name": "o4", "parallelism": 1, "max_parallelism": 2, "service_time_ms": 0.5}],
+        "edges": [{"from": "src", "to": "o1", "selectivity": 0.5}, {"from": "src", "to": "o2", "selectivity": 0.5},
+                  {"from": "src", "to": "o3"}, {"from": "src", "to": "o4", "selectivity": 0.5}]})
+    rate = 1200.0
+    one, two = predict(model, {"o4": 1}, rate), predict(model, {"o4": 2}, rate)
+    assert two.latency_ms["mean"] < one.latency_ms["mean"]
+    assert two.latency_ms["p99"] > one.latency_ms["p99"]
+    cfg = PlanConfig(latency_slo_ms=one.latency_ms["p99"] * 1.001, utilization_target=0.9)
+    result = plan(model, rate, cfg)
+    assert result.config["o4"] == 1 and result.feasible
+    _assert_matches(result, exhaustive_product(model, rate, cfg), cfg)
