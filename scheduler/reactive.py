@@ -70,9 +70,10 @@ class ReactiveConfig:
     queue_skew_enter: float = 5.0
     """Longest queue / (median queue + 1) that turns queue_skew on."""
     queue_skew_exit: float = 2.5
-    load_skew_enter: float = 1.5
-    """Busiest instance's share / the expected share that turns load_skew on."""
-    load_skew_exit: float = 1.2
+    load_skew_enter: float = 1.15
+    """Busiest instance's share / the expected share that turns load_skew on (the expected share
+    already includes the skew the model's key distribution explains)."""
+    load_skew_exit: float = 1.08
     enter_windows: int = 2
     """Consecutive windows above the enter threshold to turn a symptom on."""
     exit_windows: int = 3

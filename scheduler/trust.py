@@ -66,6 +66,10 @@ class TrustConfig:
     """Latency is compared only while the backlog is below this many seconds of input."""
     history_windows: int = 60
     """Most recent settled windows used to recalibrate."""
+    recalibration_min_busy: float = 0.02
+    """Busy fraction above which a live window measures service time when recalibrating
+    (``CalibrationConfig.min_busy_fraction``; the bulk default of 10 % guards against per-window
+    overheads in archived history, but a lightly loaded sink would then never be measurable)."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,7 @@ def recalibrate(model: JobModel, windows: Sequence[JobWindow], config: TrustConf
     does not measure every parameter (too few or too lightly loaded windows)."""
     recent = [w for w in windows if not w.restarting][-config.history_windows:]
     ops, edges = history_frames(recent)
+    calibration = calibration or CalibrationConfig(min_busy_fraction=config.recalibration_min_busy)
     fitted = Calibrator(calibration).fit(ops, edges, topology=model)
     new = fitted.model_
     latest = recent[-1].config
