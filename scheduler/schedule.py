@@ -1,0 +1,296 @@
+"""Pre-emptive scheduling: a timeline of configurations that are in place before the load.
+
+Units: rates in tuples/s, times in seconds (durations ``*_s``), latency in ms.
+
+``schedule(model, forecast, current_load, ScheduleConfig(...)) -> Schedule`` is pure: the
+forecast is a ``pandas.Series`` (timestamps on a regular grid -> the forecast rate at the chosen
+quantile, e.g. the 0.9 quantile path of ``modeler.forecast``), ``current_load`` the measured
+input rate now (or the peak of the last stabilization period). The CLI (``augury schedule``)
+fits the forecaster and calls it.
+
+How the timeline is built (``docs/scheduler.md`` has the same with examples):
+
+1. **Demand.** At grid step i the demand is the forecast at i. The current measured load is a
+   floor for the steps within ``stabilization_s`` of now (final recommendation = max of
+   reactive and predictive: the load measured now has to fall for a stabilization period
+   before anything may be sized below it).
+2. **Scale-down only after a stabilization period.** The level at step i is the maximum demand
+   over the window ``[i - stabilization, i]``: capacity follows a rise at once and a fall only
+   once the load has stayed low for ``stabilization_s``.
+3. **At most ``max_reconfigurations_per_day``** in any 24 h window: while a window has too many
+   changes, the cheapest change to drop (merging its two neighbouring segments at the higher
+   level, costed in instance-steps) is dropped.
+4. **Configurations.** Each segment gets ``plan(model, level)`` (fewest instances meeting the
+   utilization target and SLO); the model's utilization and latency rise with the rate, so the
+   plan for a segment's peak holds through the whole segment. Levels are rounded up to a
+   geometric grid (``rate_resolution``) so a day of forecasts needs only a few dozen plans.
+5. **Lead time.** A change to a larger configuration is issued ``lead_time_s`` (restart time
+   plus margin) before the segment starts, so it runs when the load arrives; a change to a
+   smaller one is issued at the segment start (it takes effect ``lead_time_s`` later, while the
+   larger configuration still runs). A change that would have to be issued before now is issued
+   now and flagged ``late``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from modeler.modelfile import JobModel
+from modeler.queueing import CompiledModel, compile_model, predict_batch
+from scheduler.errors import SchedulerError
+from scheduler.plan import Plan, PlanConfig, plan
+
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """How the timeline is built."""
+
+    lead_time_s: float = 300.0
+    """Seconds between issuing a scale-up and needing it (engine restart time plus a margin)."""
+    stabilization_s: float = 3600.0
+    """Seconds the load must stay low before a scale-down (Flink's autoscaler uses 1 h)."""
+    max_reconfigurations_per_day: int = 12
+    """Most configuration changes in any 24 h window (the first change at now included)."""
+    rate_resolution: float = 0.02
+    """Levels are rounded *up* to a geometric grid with this relative step (0 = exact)."""
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    """Targets each configuration must meet (utilization target, latency SLO)."""
+
+    def check(self) -> None:
+        for name in ("lead_time_s", "stabilization_s", "rate_resolution"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise SchedulerError("must be a finite number >= 0", field=name, value=v)
+        m = self.max_reconfigurations_per_day
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise SchedulerError("must be a positive integer", field="max_reconfigurations_per_day", value=m)
+        self.plan.check()
+
+
+@dataclass(frozen=True)
+class Reconfiguration:
+    """One change of the timeline."""
+
+    issue_at: pd.Timestamp
+    """When to send it to the actuator."""
+    effective_at: pd.Timestamp
+    """When it runs (issue_at + lead time)."""
+    segment_start: pd.Timestamp
+    """When the load needs it (scale-up) or when the load has been low long enough (scale-down)."""
+    config: Mapping[str, int]
+    instances: int
+    level: float
+    """Input rate the configuration is planned for, tuples/s."""
+    direction: str
+    """up | down | initial."""
+    late: bool
+    """A scale-up that could not be issued lead_time before it was needed."""
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"issue_at": self.issue_at.isoformat(), "effective_at": self.effective_at.isoformat(),
+                "segment_start": self.segment_start.isoformat(), "config": dict(self.config),
+                "instances": self.instances, "level": self.level, "direction": self.direction,
+                "late": self.late, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The timeline and, per grid step, what it provides."""
+
+    reconfigurations: tuple[Reconfiguration, ...]
+    steps: pd.DataFrame
+    """Index: the forecast timestamps. Columns: ``forecast``, ``demand`` (with the reactive floor),
+    ``level`` (rate planned for), ``instances`` and ``capacity`` (the highest rate at which the
+    configuration in force meets the utilization target: target x max_rate) of the configuration
+    *in force* at that step (by ``effective_at``), ``config`` (dict)."""
+    feasible: bool
+    """False when some level has no feasible plan (the configuration is then the closest one)."""
+    reasons: tuple[str, ...]
+    now: pd.Timestamp
+
+    def config_at(self, ts: pd.Timestamp) -> dict[str, int]:
+        """The configuration in force at ``ts`` (the last one whose ``effective_at <= ts``; the
+        first one before that)."""
+        current = dict(self.reconfigurations[0].config)
+        for r in self.reconfigurations:
+            if r.effective_at <= ts:
+                current = dict(r.config)
+        return current
+
+    def per_day(self) -> int:
+        """Most reconfigurations issued within any 24 h window."""
+        times = np.array([r.issue_at.value / 1e9 for r in self.reconfigurations])
+        if len(times) == 0:
+            return 0
+        return int(max(np.sum((times >= t) & (times < t + DAY_S)) for t in times))
+
+    def to_dict(self) -> dict:
+        """The ``augury schedule --json`` object (without the per-step table)."""
+        return {
+            "now": self.now.isoformat(), "feasible": self.feasible, "reasons": list(self.reasons),
+            "reconfigurations": [r.to_dict() for r in self.reconfigurations],
+            "max_reconfigurations_in_24h": self.per_day(),
+            "peak_instances": int(self.steps["instances"].max()) if len(self.steps) else 0,
+            "instance_hours": float((self.steps["instances"] * self._step_s()).sum() / 3600.0),
+        }
+
+    def _step_s(self) -> float:
+        if len(self.steps) < 2:
+            return 0.0
+        return float((self.steps.index[1] - self.steps.index[0]).total_seconds())
+
+
+def _round_up(rate: float, resolution: float) -> float:
+    if resolution <= 0 or rate <= 0:
+        return float(rate)
+    step = math.log1p(resolution)
+    return float(math.exp(math.ceil(math.log(rate) / step - 1e-9) * step))
+
+
+def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load: float,
+             config: ScheduleConfig = ScheduleConfig(), now: pd.Timestamp | None = None) -> Schedule:
+    """The timeline for ``forecast`` (timestamps -> rate at the planning quantile).
+
+    ``now`` defaults to one grid step before the first forecast timestamp.
+    """
+    config.check()
+    compiled = model if isinstance(model, CompiledModel) else compile_model(model)
+    if not isinstance(forecast, pd.Series) or len(forecast) < 1:
+        raise SchedulerError("the forecast must be a non-empty pandas Series", field="forecast")
+    if not isinstance(forecast.index, pd.DatetimeIndex) or not forecast.index.is_monotonic_increasing:
+        raise SchedulerError("the forecast must be indexed by increasing timestamps", field="forecast.index")
+    values = forecast.to_numpy(dtype=float)
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise SchedulerError("forecast rates must be finite and >= 0", field="forecast")
+    if not math.isfinite(current_load) or current_load < 0:
+        raise SchedulerError("must be a finite number >= 0", field="current_load", value=current_load)
+    idx = forecast.index
+    step_s = float((idx[1] - idx[0]).total_seconds()) if len(idx) > 1 else max(config.lead_time_s, 60.0)
+    now = pd.Timestamp(now) if now is not None else idx[0] - pd.Timedelta(seconds=step_s)
+    t_s = (idx - now).total_seconds().to_numpy()
+
+    # 1-2. Demand with the reactive floor; level = max over the stabilization window.
+    demand = values.copy()
+    demand[t_s <= config.stabilization_s] = np.maximum(demand[t_s <= config.stabilization_s], current_load)
+    win = int(math.ceil(config.stabilization_s / step_s)) if step_s > 0 else 0
+    level = pd.Series(demand).rolling(win + 1, min_periods=1).max().to_numpy()
+    level = np.maximum(level, current_load * (t_s <= config.stabilization_s))
+    level = np.array([_round_up(x, config.rate_resolution) for x in level])
+
+    # Plans per distinct level (cached).
+    cache: dict[float, Plan] = {}
+
+    def plan_for(rate: float) -> Plan:
+        if rate not in cache:
+            cache[rate] = plan(compiled, rate, config.plan)
+        return cache[rate]
+
+    # Segments: runs of equal level.
+    starts = [0] + [i for i in range(1, len(level)) if level[i] != level[i - 1]]
+    seg = [(s, e, float(level[s:e].max())) for s, e in zip(starts, starts[1:] + [len(level)])]
+
+    # 3. At most K changes in any 24 h window: merge the cheapest change away.
+    def cost(s: int, e: int, lv: float) -> float:
+        return plan_for(lv).instances * (e - s)
+
+    def change_times() -> np.ndarray:
+        return np.array([t_s[s] for s, _, _ in seg[1:]])
+
+    K = config.max_reconfigurations_per_day
+    initial_change = 1  # the configuration at now counts as a change
+    while len(seg) > 1:
+        times = change_times()
+        counts = np.array([np.sum((times >= t) & (times < t + DAY_S)) for t in times])
+        if initial_change:
+            counts = counts + (times < t_s[0] + DAY_S)
+        if counts.max() <= K:
+            break
+        crowded = set()
+        for i, t in enumerate(times):
+            if counts[i] > K:
+                crowded.update(np.nonzero((times >= t) & (times < t + DAY_S))[0].tolist())
+        best, best_cost = None, math.inf
+        for c in sorted(crowded):
+            (s1, e1, l1), (s2, e2, l2) = seg[c], seg[c + 1]
+            lv = max(l1, l2)
+            extra = cost(s1, e2, lv) - cost(s1, e1, l1) - cost(s2, e2, l2)
+            if extra < best_cost:
+                best, best_cost = c, extra
+        (s1, _, l1), (_, e2, l2) = seg[best], seg[best + 1]
+        seg[best: best + 2] = [(s1, e2, max(l1, l2))]
+    # Neighbouring segments with the same configuration are one segment.
+    merged: list[tuple[int, int, float]] = []
+    for s, e, lv in seg:
+        if merged and dict(plan_for(merged[-1][2]).config) == dict(plan_for(lv).config):
+            ps, _, pl = merged[-1]
+            merged[-1] = (ps, e, max(pl, lv))
+        else:
+            merged.append((s, e, lv))
+    seg = merged
+
+    # 5. Timeline with lead times.
+    lead = pd.Timedelta(seconds=config.lead_time_s)
+    recs: list[Reconfiguration] = []
+    reasons: list[str] = []
+    feasible = True
+    for n, (s, e, lv) in enumerate(seg):
+        p = plan_for(lv)
+        if not p.feasible:
+            feasible = False
+            reasons.append(f"no feasible configuration for {lv:,.1f} tuples/s ({idx[s]}): " + "; ".join(p.reasons))
+        start = idx[s]
+        if n == 0:
+            issue, direction, late = now, "initial", False
+            why = (f"in force from now: sized for {lv:,.1f} tuples/s (max of the measured load "
+                   f"{current_load:,.1f} and the forecast until {idx[e - 1]})")
+        else:
+            prev = seg[n - 1][2]
+            direction = "up" if lv > prev else "down"
+            if direction == "up":
+                issue = start - lead
+                late = issue < now
+                issue = max(issue, now)
+                peak_i = s + int(np.argmax(demand[s:e]))
+                why = f"forecast rises to {demand[peak_i]:,.1f} tuples/s at {idx[peak_i]}"
+            else:
+                issue, late = start, False
+                why = (f"forecast stayed at or below {lv:,.1f} tuples/s for "
+                       f"{config.stabilization_s / 60:g} min")
+        recs.append(Reconfiguration(issue_at=issue, effective_at=issue + lead if n else now,
+                                    segment_start=start, config=dict(p.config), instances=p.instances,
+                                    level=lv, direction=direction, late=late, reason=why))
+    sched = Schedule(reconfigurations=tuple(recs), steps=pd.DataFrame(), feasible=feasible,
+                     reasons=tuple(reasons), now=now)
+    rows = [sched.config_at(ts) for ts in idx]
+    P = compiled.config_array(rows)
+    cap = predict_batch(compiled, P, 1.0).max_rate * config.plan.utilization_target
+    variable = [n for n in compiled.names if not compiled.model.operator(n).is_source]
+    steps = pd.DataFrame({
+        "forecast": values, "demand": demand, "level": level,
+        "instances": [sum(r[n] for n in variable) for r in rows], "capacity": cap, "config": rows,
+    }, index=idx)
+    return Schedule(reconfigurations=tuple(recs), steps=steps, feasible=feasible, reasons=tuple(reasons), now=now)
+
+
+def replay(model: JobModel | CompiledModel, sched: Schedule, actual: pd.Series,
+           utilization_target: float | None = None) -> pd.DataFrame:
+    """The timeline's configurations against the *actual* load: per timestamp of ``actual``, the
+    configuration in force, the hottest instance's utilization, and ``violation`` (above the
+    utilization target, or saturated)."""
+    compiled = model if isinstance(model, CompiledModel) else compile_model(model)
+    target = utilization_target if utilization_target is not None else 0.7
+    rows = [sched.config_at(ts) for ts in actual.index]
+    P = compiled.config_array(rows)
+    batch = predict_batch(compiled, P, actual.to_numpy(dtype=float))
+    util = batch.max_utilization.max(axis=1)
+    return pd.DataFrame({"actual": actual.to_numpy(dtype=float), "max_utilization": util,
+                         "saturated": batch.saturated,
+                         "violation": batch.saturated | (util > target * (1 + 1e-9))}, index=actual.index)
