@@ -85,7 +85,7 @@ from modeler.queueing import (
     predict_batch,
     prediction_from_batch,
 )
-from scheduler.errors import SchedulerError
+from scheduler.errors import InfeasiblePlan, SchedulerError
 
 _UTIL_EPS = 1e-9
 _LAT_EPS = 1e-12
@@ -148,6 +148,13 @@ class Plan:
     """Model evaluations (configurations) the search used."""
     variable: tuple[str, ...] = field(default=())
     """Operators whose parallelism the plan chose."""
+
+    def raise_if_infeasible(self) -> "Plan":
+        """This plan, or ``InfeasiblePlan`` (exit code 1) carrying the reasons and the plan."""
+        if not self.feasible:
+            raise InfeasiblePlan("no configuration within the bounds meets the targets: "
+                                 + "; ".join(self.reasons), reasons=self.reasons, plan=self)
+        return self
 
     def to_dict(self) -> dict:
         return {
