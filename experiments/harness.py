@@ -1,0 +1,170 @@
+"""The experiment harness: named, seeded, parameterized runs logged to mlflow.
+
+An experiment is a module ``experiments/suite/<name>.py`` (``-`` in the name becomes ``_``) with
+
+    NAME = "convergence"                 # the name on the command line
+    DESCRIPTION = "one line"             # shown by ``augury experiment list`` and in RESULTS.md
+    def run(ctx: ExperimentContext) -> ExperimentResult
+
+``run`` is deterministic for a given ``ctx.seed`` and ``ctx.quick``; it writes any files it
+needs under ``ctx.workdir`` and returns its parameters, headline metrics, result tables
+(pandas DataFrames) and figure files. ``run_experiment`` calls it inside an mlflow run in the
+mlflow experiment ``augury-<name>`` (tags ``augury.experiment``, ``augury.quick``,
+``augury.seed``) and logs: parameters, metrics, every table as ``tables/<key>.csv``, every
+figure under ``figures/``, the summary as ``summary.md`` and ``result.json`` (params, metrics,
+table and figure names). ``experiments/results.py`` regenerates ``docs/RESULTS.md`` from those
+runs; nothing in it is typed by hand.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from augury.errors import AuguryError, UsageError
+
+SUITE_PACKAGE = "experiments.suite"
+
+
+class ExperimentError(AuguryError):
+    """An experiment could not run (bad parameters, missing data, failed environment)."""
+
+
+@dataclass(frozen=True)
+class ExperimentContext:
+    """What every experiment is given."""
+
+    quick: bool = False
+    """The short variant (run in CI): fewer cases, shorter replays."""
+    seed: int = 0
+    """Seed for every random choice of the run."""
+    workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
+    """Directory for files the run writes (figures, stores, models)."""
+    repo: Path = Path(__file__).resolve().parents[1]
+    """The repository root (examples/ and ../shared/traces/ are found from it)."""
+    spark_master: str = "local[2]"
+    """Spark master URL for experiments that ingest through the pipeline."""
+    progress: Callable[[str], None] = lambda message: None
+    """Where progress lines go (stderr on the command line)."""
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.repo.parent / "shared" / "traces"
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    """What an experiment returns."""
+
+    params: Mapping[str, Any]
+    """Parameters of the run (logged as mlflow params)."""
+    metrics: Mapping[str, float]
+    """Headline numbers (logged as mlflow metrics; quoted in RESULTS.md)."""
+    tables: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    """Result tables by key (logged as ``tables/<key>.csv``; rendered in RESULTS.md)."""
+    figures: Mapping[str, Path] = field(default_factory=dict)
+    """Figure files by key (logged under ``figures/``; linked from RESULTS.md)."""
+    summary: str = ""
+    """A few lines of Markdown saying what the numbers mean (goals met or missed)."""
+
+
+@dataclass(frozen=True)
+class ExperimentRun:
+    """A finished, logged run."""
+
+    name: str
+    result: ExperimentResult
+    mlflow_run_id: str
+    seconds: float
+
+
+def experiment_names() -> dict[str, str]:
+    """name -> module name of every experiment in the suite."""
+    import experiments.suite as suite
+
+    names = {}
+    for info in pkgutil.iter_modules(suite.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{SUITE_PACKAGE}.{info.name}")
+        if hasattr(module, "NAME") and hasattr(module, "run"):
+            names[module.NAME] = module.__name__
+    return dict(sorted(names.items()))
+
+
+def load_experiment(name: str):
+    modules = experiment_names()
+    if name not in modules:
+        raise UsageError(f"unknown experiment (known: {', '.join(modules) or 'none'})",
+                         field="NAME", value=name)
+    return importlib.import_module(modules[name])
+
+
+def mlflow_experiment_name(name: str) -> str:
+    return f"augury-{name}"
+
+
+def run_experiment(name: str, quick: bool = False, seed: int = 0, workdir: Path | None = None,
+                   spark_master: str = "local[2]",
+                   progress: Callable[[str], None] = lambda message: None) -> ExperimentRun:
+    """Run experiment ``name`` and log it to mlflow (``experiments.tracking.tracking_uri()``)."""
+    from experiments import tracking
+
+    module = load_experiment(name)
+    own_dir = workdir is None
+    work = Path(tempfile.mkdtemp(prefix=f"augury-{name}-")) if own_dir else Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    ctx = ExperimentContext(quick=quick, seed=seed, workdir=work, spark_master=spark_master,
+                            progress=progress)
+    tags = {"augury.experiment": name, "augury.quick": str(bool(quick)).lower(),
+            "augury.seed": str(seed)}
+    started = time.perf_counter()
+    with tracking.start_run(mlflow_experiment_name(name), run_name=f"{name}{'-quick' if quick else ''}",
+                            tags=tags) as active:
+        result = module.run(ctx)
+        if not isinstance(result, ExperimentResult):
+            raise ExperimentError("the experiment returned no ExperimentResult", field="run", value=name)
+        seconds = time.perf_counter() - started
+        tracking.log_params({"quick": quick, "seed": seed, **dict(result.params)})
+        tracking.log_metrics({**dict(result.metrics), "wall_seconds": seconds})
+        _log_outputs(result, work)
+    if own_dir:
+        shutil.rmtree(work, ignore_errors=True)
+    return ExperimentRun(name=name, result=result, mlflow_run_id=active.info.run_id, seconds=seconds)
+
+
+def _log_outputs(result: ExperimentResult, work: Path) -> None:
+    import mlflow
+
+    out = work / "_logged"
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    for key, table in result.tables.items():
+        path = out / "tables" / f"{key}.csv"
+        table.to_csv(path, index=False)
+        mlflow.log_artifact(str(path), artifact_path="tables")
+    for key, path in result.figures.items():
+        if not Path(path).is_file():
+            raise ExperimentError("figure file missing", field=f"figures.{key}", value=str(path))
+        mlflow.log_artifact(str(path), artifact_path="figures")
+    (out / "summary.md").write_text(result.summary or "", encoding="utf-8")
+    mlflow.log_artifact(str(out / "summary.md"))
+    manifest = {"params": {k: _plain(v) for k, v in result.params.items()},
+                "metrics": {k: _plain(v) for k, v in result.metrics.items()},
+                "tables": sorted(result.tables), "figures": {k: Path(p).name for k, p in result.figures.items()}}
+    (out / "result.json").write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+    mlflow.log_artifact(str(out / "result.json"))
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item") and callable(value.item):
+        return value.item()
+    return value
