@@ -149,53 +149,25 @@ def preemptive_schedule(model: JobModel, forecast: pd.Series, cfg: DemoConfig) -
 def replay(truth: JobModel, load, cfg: DemoConfig, initial: Mapping[str, int], policy_name: str,
            decide: Callable[[float, dict, dict], dict | None], duration_s: float) -> PolicyResult:
     """Run the testbed over the first ``duration_s`` simulated seconds of ``load`` with
-    ``decide(now_trace_s, stats, config)`` called after each window."""
-    from experiments.baselines import window_stats
-    from experiments.testbed import Testbed, TestbedConfig
-    from scheduler.interfaces import MetricsUnavailable
+    ``decide(now_trace_s, stats, config)`` called after each window (``experiments.replay.drive``)."""
+    from experiments.replay import ReplayConfig, drive
 
-    tb_cfg = TestbedConfig(seed=cfg.seed, window_s=cfg.window_s, restart_s=cfg.restart_s / cfg.speedup,
-                           restart_scope="job")
-    bed = Testbed(truth, load, tb_cfg, parallelism=initial)
-    end = min(load.end_s, duration_s)
-    rows = []
-    lag_before: dict[str, float] = {}
-    reconfigs = 0
-    since = None
-    while bed.now_s < end - 1e-9:
-        bed.advance(min(cfg.window_s, end - bed.now_s))
-        try:
-            batch = bed.read(since)  # only windows completed since the last read
-        except MetricsUnavailable:
-            continue
-        since = batch.as_of_s
-        frame = batch.to_frame()
-        last = frame[frame["ts"] == frame["ts"].max()]
-        stats = window_stats(last, cfg.window_s, lag_before)
-        lag_before = {op: s.backlog for op, s in stats.items()}
-        config = bed.current()
-        p99 = last[last["metric"] == "latency_ms_p99"]["value"]
-        sources = [op.name for op in truth.sources]
-        backlog = sum(stats[s].backlog for s in sources if s in stats)
-        arrived = sum(stats[s].arrival_rate for s in sources if s in stats)
-        violated = bool((len(p99) and float(p99.max()) > cfg.latency_slo_ms) or backlog > arrived * 1.0)
-        now_trace = bed.now_s * cfg.speedup
-        rows.append({"t_trace_s": now_trace, "rate": load.rate_at(bed.now_s - cfg.window_s / 2),
-                     "instances": sum(v for n, v in config.items() if not truth.operator(n).is_source),
-                     "capacity": predict(truth, config, 0.0).max_rate,
-                     "p99_ms": float(p99.max()) if len(p99) else float("nan"), "backlog": backlog,
-                     "violated": violated})
-        new = decide(now_trace, stats, config)
-        if new and new != config:
-            result = bed.apply(new, reason=policy_name)
-            reconfigs += int(result.applied)
-    timeline = pd.DataFrame(rows)
-    window_trace_s = cfg.window_s * cfg.speedup
-    return PolicyResult(
-        policy=policy_name,
-        violation_minutes=float(timeline["violated"].sum() * window_trace_s / 60.0),
-        instance_hours=float(timeline["instances"].sum() * window_trace_s / 3600.0),
-        reconfigurations=reconfigs, windows=len(timeline), timeline=timeline)
+    class _Decide:
+        name = policy_name
+
+        def start(self, bed, rcfg):
+            pass
+
+        def step(self, bed, view, stats, config):
+            return decide(view.now_s, stats, dict(config))
+
+    rcfg = ReplayConfig(window_s=cfg.window_s, time_scale=cfg.speedup, restart_s=cfg.restart_s,
+                        latency_slo_ms=cfg.latency_slo_ms, backlog_slo_s=1.0, seed=cfg.seed)
+    r = drive(truth, load, _Decide(), rcfg, initial, duration_s)
+    timeline = r.timeline.rename(columns={"t_s": "t_trace_s"})
+    return PolicyResult(policy=policy_name, violation_minutes=r.violation_minutes,
+                        instance_hours=r.instance_hours, reconfigurations=r.reconfigurations,
+                        windows=r.windows, timeline=timeline)
 
 
 # -------------------------------------------------------------------- the run
