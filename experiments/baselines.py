@@ -256,3 +256,49 @@ class StaticPolicy:
     def decide(self, now_s: float, stats: Mapping[str, OperatorStats], config: Mapping[str, int]
                ) -> dict[str, int] | None:
         return None
+
+
+@dataclass
+class OraclePolicy:
+    """Knows the future load: every ``interval_s`` it sets the cheapest sufficient configuration,
+    ``scheduler.plan.plan`` on the (true) model for the peak rate over the next ``interval_s`` plus
+    ``restart_s`` (so the configuration holds until the next decision has taken effect).
+
+    ``rate_at(t_s)`` is the load (tuples/s) at policy time ``t_s``; the peak is taken over samples
+    every ``sample_s``. The lower bound on instance-hours among policies that reconfigure at most
+    every ``interval_s``.
+    """
+
+    model: object
+    rate_at: object
+    interval_s: float = 3600.0
+    restart_s: float = 30.0
+    sample_s: float = 60.0
+    utilization_target: float = 0.7
+    latency_slo_ms: float | None = None
+    name: str = "oracle"
+    _next_s: float = -math.inf
+    _plans: dict = field(default_factory=dict)
+
+    def peak(self, now_s: float) -> float:
+        horizon = self.interval_s + self.restart_s
+        n = max(1, int(math.ceil(horizon / self.sample_s)))
+        return max(float(self.rate_at(now_s + k * self.sample_s)) for k in range(n + 1))
+
+    def config_for(self, rate: float) -> dict[str, int]:
+        from scheduler.plan import PlanConfig, plan
+
+        key = round(rate, 6)
+        if key not in self._plans:
+            self._plans[key] = dict(plan(self.model, rate, PlanConfig(
+                utilization_target=self.utilization_target, latency_slo_ms=self.latency_slo_ms)).config)
+        return self._plans[key]
+
+    def decide(self, now_s: float, stats: Mapping[str, OperatorStats], config: Mapping[str, int]
+               ) -> dict[str, int] | None:
+        if now_s < self._next_s:
+            return None
+        self._next_s = now_s + self.interval_s
+        new = {k: v for k, v in self.config_for(self.peak(now_s)).items() if k in config}
+        new = {**dict(config), **new}
+        return new if new != dict(config) else None

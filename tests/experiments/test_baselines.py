@@ -88,3 +88,26 @@ def test_dhalion_scales_one_bottleneck_by_its_factor_and_waits():
 
 def test_static_never_acts():
     assert StaticPolicy().decide(0.0, _stats(arrival=1e6, src_bp=1.0), {"a": 1}) is None
+
+
+def test_oracle_plans_for_the_peak_of_the_next_interval_plus_restart():
+    from experiments.baselines import OraclePolicy
+    from modeler.modelfile import load_model
+    from scheduler.plan import plan
+
+    model = load_model("examples/wordcount.yaml")
+    rate_at = lambda t: 300.0 if t < 1000 else 3000.0  # noqa: E731
+    low, high = dict(plan(model, 300.0).config), dict(plan(model, 3000.0).config)
+    assert sum(high.values()) > sum(low.values())
+    config = dict(model.config)
+    oracle = OraclePolicy(model, rate_at, interval_s=900.0, restart_s=30.0, sample_s=10.0)
+    first = oracle.decide(0.0, {}, config)
+    assert first == low  # the peak of [0, 930] s is still 300/s
+    assert oracle.decide(60.0, {}, first) is None  # decides once per interval
+    # At 900 s the window [900, 1830] holds the step: sized for 3000/s before it arrives.
+    assert oracle.decide(900.0, {}, first) == high
+    # The restart time counts: at 0 s with interval 980 s, [0, 1010] s reaches the step.
+    assert OraclePolicy(model, rate_at, interval_s=980.0, restart_s=30.0, sample_s=10.0).decide(
+        0.0, {}, config) == high
+    assert OraclePolicy(model, rate_at, interval_s=980.0, restart_s=0.0, sample_s=10.0).decide(
+        0.0, {}, config) == low
