@@ -17,9 +17,12 @@ How the timeline is built (``docs/scheduler.md`` has the same with examples):
 2. **Scale-down only after a stabilization period.** The level at step i is the maximum demand
    over the window ``[i - stabilization, i]``: capacity follows a rise at once and a fall only
    once the load has stayed low for ``stabilization_s``.
-3. **At most ``max_reconfigurations_per_day``** in any 24 h window: while a window has too many
-   changes, the cheapest change to drop (merging its two neighbouring segments at the higher
-   level, costed in instance-steps) is dropped.
+3. **At most ``max_reconfigurations_per_day``** in any 24 h window, counted as *issued*: the
+   change at now (unless ``current_config`` is given and already right), every later change at
+   its issue time (a scale-up ``lead_time_s`` before its segment), and the ``recent_issues``
+   made before now (e.g. by the previous schedule of a rolling re-plan). While a window has too
+   many, the cheapest change in it (merging its two neighbouring segments at the *higher* of
+   the two levels, costed in instance-steps) is dropped.
 4. **Configurations.** Each segment gets ``plan(model, level)`` (fewest instances meeting the
    utilization target and SLO); the model's utilization and latency rise with the rate, so the
    plan for a segment's peak holds through the whole segment. Levels are rounded up to a
@@ -28,14 +31,17 @@ How the timeline is built (``docs/scheduler.md`` has the same with examples):
    plus margin) before the segment starts, so it runs when the load arrives; a change to a
    smaller one is issued at the segment start (it takes effect ``lead_time_s`` later, while the
    larger configuration still runs). A change that would have to be issued before now is issued
-   now and flagged ``late``.
+   now and flagged ``late``. With ``current_config`` (the configuration running now), a first
+   configuration that differs from it is issued now and takes effect ``lead_time_s`` later
+   (``current_config`` is in force until then); an equal one is recorded with direction
+   ``keep`` and is not a change.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -89,7 +95,8 @@ class Reconfiguration:
     level: float
     """Input rate the configuration is planned for, tuples/s."""
     direction: str
-    """up | down | initial."""
+    """up | down | initial (a change at now) | keep (first entry, equal to ``current_config``:
+    not a change)."""
     late: bool
     """A scale-up that could not be issued lead_time before it was needed."""
     reason: str
@@ -115,28 +122,29 @@ class Schedule:
     """False when some level has no feasible plan (the configuration is then the closest one)."""
     reasons: tuple[str, ...]
     now: pd.Timestamp
+    current_config: Mapping[str, int] | None = None
+    """The configuration running at ``now`` (when given to ``schedule``)."""
 
     def config_at(self, ts: pd.Timestamp) -> dict[str, int]:
-        """The configuration in force at ``ts`` (the last one whose ``effective_at <= ts``; the
-        first one before that)."""
-        current = dict(self.reconfigurations[0].config)
-        for r in self.reconfigurations:
-            if r.effective_at <= ts:
-                current = dict(r.config)
-        return current
+        """The configuration in force at ``ts`` (the last one whose ``effective_at <= ts``;
+        before that ``current_config`` if given, else the first one)."""
+        return config_in_force(self.reconfigurations, ts, self.current_config)
+
+    def changes(self) -> tuple[Reconfiguration, ...]:
+        """The reconfigurations that change something (all but a ``keep`` entry)."""
+        return tuple(r for r in self.reconfigurations if r.direction != "keep")
 
     def per_day(self) -> int:
         """Most reconfigurations issued within any 24 h window."""
-        times = np.array([r.issue_at.value / 1e9 for r in self.reconfigurations])
-        if len(times) == 0:
-            return 0
-        return int(max(np.sum((times >= t) & (times < t + DAY_S)) for t in times))
+        return max_per_day([r.issue_at for r in self.changes()])
 
     def to_dict(self) -> dict:
         """The ``augury schedule --json`` object (without the per-step table)."""
         return {
             "now": self.now.isoformat(), "feasible": self.feasible, "reasons": list(self.reasons),
+            "current_config": dict(self.current_config) if self.current_config is not None else None,
             "reconfigurations": [r.to_dict() for r in self.reconfigurations],
+            "changes": len(self.changes()),
             "max_reconfigurations_in_24h": self.per_day(),
             "peak_instances": int(self.steps["instances"].max()) if len(self.steps) else 0,
             "instance_hours": float((self.steps["instances"] * self._step_s()).sum() / 3600.0),
@@ -148,6 +156,27 @@ class Schedule:
         return float((self.steps.index[1] - self.steps.index[0]).total_seconds())
 
 
+def config_in_force(reconfigurations, ts: pd.Timestamp,
+                    before: Mapping[str, int] | None = None) -> dict[str, int]:
+    """The configuration in force at ``ts`` under ``reconfigurations``: the one with the latest
+    ``effective_at <= ts`` (the later issued on a tie); ``before`` (else the first one) until
+    then."""
+    current = dict(before) if before is not None else dict(reconfigurations[0].config)
+    best = None
+    for r in reconfigurations:
+        if r.effective_at <= ts and (best is None or r.effective_at >= best):
+            best, current = r.effective_at, dict(r.config)
+    return current
+
+
+def max_per_day(issue_times) -> int:
+    """Most of ``issue_times`` within any 24 h window ``[t, t + 24 h)``."""
+    times = np.sort(np.array([pd.Timestamp(t).value / 1e9 for t in issue_times]))
+    if len(times) == 0:
+        return 0
+    return int(np.max(np.searchsorted(times, times + DAY_S, side="left") - np.arange(len(times))))
+
+
 def _round_up(rate: float, resolution: float) -> float:
     if resolution <= 0 or rate <= 0:
         return float(rate)
@@ -156,10 +185,15 @@ def _round_up(rate: float, resolution: float) -> float:
 
 
 def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load: float,
-             config: ScheduleConfig = ScheduleConfig(), now: pd.Timestamp | None = None) -> Schedule:
+             config: ScheduleConfig = ScheduleConfig(), now: pd.Timestamp | None = None,
+             current_config: Mapping[str, int] | None = None,
+             recent_issues: Sequence[pd.Timestamp] = ()) -> Schedule:
     """The timeline for ``forecast`` (timestamps -> rate at the planning quantile).
 
-    ``now`` defaults to one grid step before the first forecast timestamp.
+    ``now`` defaults to one grid step before the first forecast timestamp. ``current_config``:
+    the configuration running now (``None``: unknown, the first configuration is a change
+    in force from now). ``recent_issues``: times of reconfigurations issued before now; those
+    within 24 h count against the budget.
     """
     config.check()
     compiled = model if isinstance(model, CompiledModel) else compile_model(model)
@@ -170,19 +204,26 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     values = forecast.to_numpy(dtype=float)
     if not np.all(np.isfinite(values)) or np.any(values < 0):
         raise SchedulerError("forecast rates must be finite and >= 0", field="forecast")
-    if not math.isfinite(current_load) or current_load < 0:
+    if isinstance(current_load, bool) or not isinstance(current_load, (int, float, np.number)) \
+            or not math.isfinite(current_load) or current_load < 0:
         raise SchedulerError("must be a finite number >= 0", field="current_load", value=current_load)
+    if current_config is not None:
+        current_config = {n: int(current_config.get(n, compiled.model.operator(n).parallelism))
+                          for n in compiled.names}
     idx = forecast.index
     step_s = float((idx[1] - idx[0]).total_seconds()) if len(idx) > 1 else max(config.lead_time_s, 60.0)
     now = pd.Timestamp(now) if now is not None else idx[0] - pd.Timedelta(seconds=step_s)
     t_s = (idx - now).total_seconds().to_numpy()
+    recent = np.array([(pd.Timestamp(t) - now).total_seconds() for t in recent_issues], dtype=float)
+    recent = recent[(recent > -DAY_S) & (recent <= 0)]
+    lead_s = config.lead_time_s
 
     # 1-2. Demand with the reactive floor; level = max over the stabilization window.
+    floor = t_s <= config.stabilization_s
     demand = values.copy()
-    demand[t_s <= config.stabilization_s] = np.maximum(demand[t_s <= config.stabilization_s], current_load)
+    demand[floor] = np.maximum(demand[floor], current_load)
     win = int(math.ceil(config.stabilization_s / step_s)) if step_s > 0 else 0
     level = pd.Series(demand).rolling(win + 1, min_periods=1).max().to_numpy()
-    level = np.maximum(level, current_load * (t_s <= config.stabilization_s))
     level = np.array([_round_up(x, config.rate_resolution) for x in level])
 
     # Plans per distinct level (cached).
@@ -197,26 +238,36 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     starts = [0] + [i for i in range(1, len(level)) if level[i] != level[i - 1]]
     seg = [(s, e, float(level[s:e].max())) for s, e in zip(starts, starts[1:] + [len(level)])]
 
-    # 3. At most K changes in any 24 h window: merge the cheapest change away.
+    def issue_s(n: int) -> float:
+        """Issue time (s after now) of the change into segment n >= 1."""
+        s = seg[n][0]
+        if seg[n][2] > seg[n - 1][2]:
+            return max(t_s[s] - lead_s, 0.0)
+        return float(t_s[s])
+
+    def initial_is_change() -> bool:
+        return current_config is None or dict(plan_for(seg[0][2]).config) != current_config
+
+    # 3. At most K changes issued in any 24 h window: merge the cheapest change away.
     def cost(s: int, e: int, lv: float) -> float:
         return plan_for(lv).instances * (e - s)
 
-    def change_times() -> np.ndarray:
-        return np.array([t_s[s] for s, _, _ in seg[1:]])
-
     K = config.max_reconfigurations_per_day
-    initial_change = 1  # the configuration at now counts as a change
     while len(seg) > 1:
-        times = change_times()
-        counts = np.array([np.sum((times >= t) & (times < t + DAY_S)) for t in times])
-        if initial_change:
-            counts = counts + (times < t_s[0] + DAY_S)
+        changes = np.array([issue_s(n) for n in range(1, len(seg))])
+        fixed = list(recent) + ([0.0] if initial_is_change() else [])
+        events = np.concatenate([np.asarray(fixed, dtype=float), changes])
+        movable = np.concatenate([np.zeros(len(fixed), bool), np.ones(len(changes), bool)])
+        counts = np.array([np.sum((events >= t) & (events < t + DAY_S)) for t in events])
         if counts.max() <= K:
             break
         crowded = set()
-        for i, t in enumerate(times):
-            if counts[i] > K:
-                crowded.update(np.nonzero((times >= t) & (times < t + DAY_S))[0].tolist())
+        for t, c in zip(events, counts):
+            if c > K:
+                inside = (events >= t) & (events < t + DAY_S) & movable
+                crowded.update((np.nonzero(inside)[0] - len(fixed)).tolist())
+        if not crowded:
+            break  # only the fixed changes (before now, and the one at now) exceed the budget
         best, best_cost = None, math.inf
         for c in sorted(crowded):
             (s1, e1, l1), (s2, e2, l2) = seg[c], seg[c + 1]
@@ -237,7 +288,7 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     seg = merged
 
     # 5. Timeline with lead times.
-    lead = pd.Timedelta(seconds=config.lead_time_s)
+    lead = pd.Timedelta(seconds=lead_s)
     recs: list[Reconfiguration] = []
     reasons: list[str] = []
     feasible = True
@@ -248,9 +299,18 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
             reasons.append(f"no feasible configuration for {lv:,.1f} tuples/s ({idx[s]}): " + "; ".join(p.reasons))
         start = idx[s]
         if n == 0:
-            issue, direction, late = now, "initial", False
-            why = (f"in force from now: sized for {lv:,.1f} tuples/s (max of the measured load "
+            issue, late = now, False
+            why = (f"sized for {lv:,.1f} tuples/s (max of the measured load "
                    f"{current_load:,.1f} and the forecast until {idx[e - 1]})")
+            if current_config is None:
+                direction, effective = "initial", now
+                why = "in force from now: " + why
+            elif dict(p.config) == current_config:
+                direction, effective = "keep", now
+                why = "the running configuration is right: " + why
+            else:
+                direction, effective = "initial", now + lead
+                why = "change now: " + why
         else:
             prev = seg[n - 1][2]
             direction = "up" if lv > prev else "down"
@@ -264,11 +324,17 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
                 issue, late = start, False
                 why = (f"forecast stayed at or below {lv:,.1f} tuples/s for "
                        f"{config.stabilization_s / 60:g} min")
-        recs.append(Reconfiguration(issue_at=issue, effective_at=issue + lead if n else now,
+            effective = issue + lead
+        recs.append(Reconfiguration(issue_at=issue, effective_at=effective,
                                     segment_start=start, config=dict(p.config), instances=p.instances,
                                     level=lv, direction=direction, late=late, reason=why))
+    fixed = [now + pd.Timedelta(seconds=float(x)) for x in recent]
+    over = max_per_day(fixed + [r.issue_at for r in recs if r.direction != "keep"])
+    if over > K:
+        reasons.append(f"{over} reconfigurations within 24 h (including {len(fixed)} issued before "
+                       f"now) exceed the budget of {K}: the change at now cannot be avoided")
     sched = Schedule(reconfigurations=tuple(recs), steps=pd.DataFrame(), feasible=feasible,
-                     reasons=tuple(reasons), now=now)
+                     reasons=tuple(reasons), now=now, current_config=current_config)
     rows = [sched.config_at(ts) for ts in idx]
     P = compiled.config_array(rows)
     cap = predict_batch(compiled, P, 1.0).max_rate * config.plan.utilization_target
@@ -277,7 +343,8 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
         "forecast": values, "demand": demand, "level": level,
         "instances": [sum(r[n] for n in variable) for r in rows], "capacity": cap, "config": rows,
     }, index=idx)
-    return Schedule(reconfigurations=tuple(recs), steps=steps, feasible=feasible, reasons=tuple(reasons), now=now)
+    return Schedule(reconfigurations=tuple(recs), steps=steps, feasible=feasible, reasons=tuple(reasons),
+                    now=now, current_config=current_config)
 
 
 def replay(model: JobModel | CompiledModel, sched: Schedule, actual: pd.Series,

@@ -20,10 +20,12 @@ import math
 import sys
 from pathlib import Path
 
-from augury.commands._common import parse_duration_s, print_json
+from augury.commands._common import print_json
+from augury.commands._series import (METHOD_CHOICES, add_series_flags, check_plot_path,  # noqa: F401
+                                     horizon_s as _horizon_s, horizon_steps as _horizon_steps,
+                                     positive_int as _positive_int, read_regular_series,
+                                     series_options)
 from augury.errors import UsageError
-
-METHOD_CHOICES = ("auto", "seasonal-naive", "autoreg", "holt-winters", "theta")
 
 
 def register(subparsers) -> None:
@@ -32,14 +34,8 @@ def register(subparsers) -> None:
         description=__doc__.splitlines()[0])
     p.add_argument("series", metavar="SERIES", help="CSV file: a time column and a value column")
     p.add_argument("--horizon", required=True, help="how far ahead, e.g. 30m, 2h, 1d")
-    p.add_argument("--time-col", default=None, help="time column (default: detected)")
-    p.add_argument("--value-col", default=None, help="value column (default: detected)")
+    add_series_flags(p)
     p.add_argument("--quantiles", default="0.5,0.9", help="comma-separated, in (0, 1) (default 0.5,0.9)")
-    p.add_argument("--method", default="auto", choices=METHOD_CHOICES, help="default auto")
-    p.add_argument("--step", default=None,
-                   help="aggregate to this step first (mean per bucket), e.g. 15m")
-    p.add_argument("--season", default=None,
-                   help="season length in samples (default: detect the daily cycle; 1 = none)")
     p.add_argument("--backtest", action="store_true", help="rolling-origin backtest instead")
     p.add_argument("--folds", default="50", help="backtest origins (default 50, a horizon apart)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -68,41 +64,19 @@ def _quantiles(text: str) -> tuple[float, ...]:
     return tuple(sorted(set(out)))
 
 
-def _positive_int(text: str, flag: str) -> int:
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise UsageError("expected a positive integer", field=flag, value=text) from None
-    if value < 1:
-        raise UsageError("expected a positive integer", field=flag, value=text)
-    return value
-
-
 def run(args: argparse.Namespace) -> int:
-    from history.series import load_series
     from modeler.errors import ForecastError
-    from modeler.forecast import Forecaster, backtest, regularize, resample
+    from modeler.forecast import Forecaster, backtest
 
-    horizon_s = parse_duration_s(args.horizon, "--horizon")
-    if horizon_s <= 0:
-        raise UsageError("the horizon must be positive", field="--horizon", value=args.horizon)
+    horizon_s = _horizon_s(args)
     quantiles = _quantiles(args.quantiles)
     folds = _positive_int(args.folds, "--folds")
-    season = None if args.season is None else _positive_int(args.season, "--season")
-    step_s = None if args.step is None else parse_duration_s(args.step, "--step")
-    if step_s is not None and step_s <= 0:
-        raise UsageError("the step must be positive", field="--step", value=args.step)
-    if args.plot:
-        plot_dir = Path(args.plot).expanduser().resolve().parent
-        if not plot_dir.is_dir():
-            raise UsageError("the plot's directory does not exist", field="--plot", value=args.plot)
+    step_s, season = series_options(args)
+    check_plot_path(args.plot)
 
-    series = load_series(args.series, time_col=args.time_col, value_col=args.value_col)
+    reg = read_regular_series(args.series, args.time_col, args.value_col, step_s)
     try:
-        if step_s is not None:
-            series = resample(series, step_s, name=args.series)
-        reg = regularize(series, name=series.name or "value")
-        horizon_steps = max(1, math.ceil(horizon_s / reg.step_s - 1e-9))
+        horizon_steps = _horizon_steps(horizon_s, reg.step_s)
         forecaster = Forecaster(method=args.method, season_length=season,
                                 horizon_s=horizon_steps * reg.step_s)
         if args.backtest:

@@ -1,0 +1,87 @@
+"""Reading a rate series for ``augury forecast`` and ``augury schedule``: shared flags
+(``--time-col``, ``--value-col``, ``--step``, ``--season``, ``--method``) and the path from a
+CSV file to a ``RegularSeries`` and a ``Forecaster``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from augury.commands._common import parse_duration_s
+from augury.errors import UsageError
+
+METHOD_CHOICES = ("auto", "seasonal-naive", "autoreg", "holt-winters", "theta")
+
+
+def add_series_flags(parser: argparse.ArgumentParser) -> None:
+    """--time-col, --value-col, --method, --step, --season."""
+    parser.add_argument("--time-col", default=None, help="time column (default: detected)")
+    parser.add_argument("--value-col", default=None, help="value column (default: detected)")
+    parser.add_argument("--method", default="auto", choices=METHOD_CHOICES, help="default auto")
+    parser.add_argument("--step", default=None,
+                        help="aggregate to this step first (mean per bucket), e.g. 15m")
+    parser.add_argument("--season", default=None,
+                        help="season length in samples (default: detect the daily cycle; 1 = none)")
+
+
+def positive_int(text: str, flag: str) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise UsageError("expected a positive integer", field=flag, value=text) from None
+    if value < 1:
+        raise UsageError("expected a positive integer", field=flag, value=text)
+    return value
+
+
+def horizon_s(args: argparse.Namespace) -> float:
+    value = parse_duration_s(args.horizon, "--horizon")
+    if value <= 0:
+        raise UsageError("the horizon must be positive", field="--horizon", value=args.horizon)
+    return value
+
+
+def series_options(args: argparse.Namespace) -> tuple[float | None, int | None]:
+    """(step_s or None, season or None) from the flags, checked."""
+    season = None if args.season is None else positive_int(args.season, "--season")
+    step_s = None if args.step is None else parse_duration_s(args.step, "--step")
+    if step_s is not None and step_s <= 0:
+        raise UsageError("the step must be positive", field="--step", value=args.step)
+    return step_s, season
+
+
+def read_regular_series(path: str, time_col: str | None, value_col: str | None,
+                        step_s: float | None, how: str = "mean"):
+    """The CSV at ``path`` on its regular grid (aggregated to ``step_s`` when given: ``how`` is
+    ``mean`` (a rate stays a rate) or ``max`` (the peak within each step)). Errors name the
+    file."""
+    import pandas as pd
+
+    from history.series import load_series
+    from modeler.errors import ForecastError
+    from modeler.forecast import regularize, resample
+
+    series = load_series(path, time_col=time_col, value_col=value_col)
+    try:
+        if step_s is not None:
+            means = resample(series, step_s, name=path)  # validates the values
+            if how == "max":
+                series = series.resample(pd.Timedelta(seconds=step_s)).max().dropna()
+            else:
+                series = means
+        return regularize(series, name=series.name or "value")
+    except ForecastError as err:
+        raise err.with_file(path)
+
+
+def horizon_steps(horizon: float, step_s: float) -> int:
+    return max(1, math.ceil(horizon / step_s - 1e-9))
+
+
+def check_plot_path(plot: str | None) -> None:
+    from pathlib import Path
+
+    if plot:
+        plot_dir = Path(plot).expanduser().resolve().parent
+        if not plot_dir.is_dir():
+            raise UsageError("the plot's directory does not exist", field="--plot", value=plot)
