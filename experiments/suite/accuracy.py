@@ -1,0 +1,321 @@
+"""``accuracy``: out-of-sample prediction error of augury's model beside Caladrius and DRS.
+
+For every example model (the testbed's ground truth):
+
+1. **Calibrate** from history recorded on the testbed at two configurations (the example's
+   own and one with more instances), at 35/60/85 % bottleneck utilization, through the real
+   pipeline: normalized rows -> ``augury ingest`` -> Spark summarize -> ``modeler.calibrate``
+   (topology file = the example without its profile).
+2. **Measure** on the testbed, at configurations drawn at random (seeded) that the calibration
+   never saw: the max sustainable rate (drive at 1.6x capacity, measure what the sources push),
+   then at loads of 10-95 % of that measured rate the throughput and the mean and p99
+   end-to-end latency of every tuple reaching a sink (after a warm-up); and the throughput at
+   1.3x the measured max rate (overload, where capping matters).
+3. **Predict** the same quantities with augury's calibrated model (``modeler.queueing.predict``)
+   and with re-implementations of Caladrius and DRS (``experiments.peer_models``) fed the same
+   calibrated profile.
+
+Errors are absolute relative errors ``|predicted - measured| / measured``. A model that gives no
+latency (it predicts saturation) at a load the testbed sustains is counted in ``undefined`` and
+left out of the error statistics. Peers predict no p99. Units: tuples/s, ms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from experiments.harness import ExperimentContext, ExperimentResult
+
+NAME = "accuracy"
+DESCRIPTION = ("prediction error (throughput, max rate, mean/p99 latency) on unseen configurations, "
+               "augury vs Caladrius vs DRS, on every example")
+MODELS = ("augury", "caladrius", "drs")
+QUANTITIES = ("throughput", "max_rate", "latency_mean", "latency_p99", "throughput_overload")
+HEADLINE = ("median_err.throughput.augury", "median_err.max_rate.augury",
+            "median_err.latency_mean.augury", "median_err.latency_p99.augury",
+            "median_err.max_rate.caladrius", "median_err.latency_mean.caladrius",
+            "median_err.latency_mean.drs")
+GOALS = {"throughput": 0.05, "max_rate": 0.05, "latency_mean": 0.15}
+"""Issue 8 goals: median absolute relative error on unseen configurations, augury's model."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much the run measures (seconds are simulated seconds)."""
+
+    examples: tuple[str, ...]
+    unseen_configs: int
+    """Configurations per example the calibration never saw."""
+    loads: tuple[float, ...]
+    """Input rates as fractions of the measured max sustainable rate."""
+    overload: float = 1.3
+    record_s: float = 30.0
+    """Length of each calibration recording (3 loads x 2 configurations per example)."""
+    measure_s: float = 60.0
+    warmup_s: float = 10.0
+    max_rate_s: float = 30.0
+
+
+QUICK = Plan(examples=("wordcount",), unseen_configs=2, loads=(0.2, 0.6, 0.9), record_s=20.0,
+             measure_s=20.0, warmup_s=5.0, max_rate_s=15.0)
+FULL = Plan(examples=("diamond", "pipeline", "wordcount"), unseen_configs=5,
+            loads=(0.1, 0.3, 0.5, 0.7, 0.85, 0.95), record_s=30.0, measure_s=60.0, warmup_s=10.0,
+            max_rate_s=30.0)
+
+
+# ----------------------------------------------------------------------- configurations
+
+
+def topology_of(model):
+    """The model without its performance profile (what a user's topology file says)."""
+    from modeler.modelfile import model_to_dict, parse_model
+
+    raw = model_to_dict(model)
+    raw.pop("network_delay_ms", None)
+    raw.pop("calibration", None)
+    for op in raw["operators"]:
+        for key in ("service_time_ms", "service_scv", "scaling"):
+            op.pop(key, None)
+    for e in raw["edges"]:
+        e.pop("keys", None)
+        e["selectivity"] = 1.0
+    return parse_model(raw, source=f"{model.job} topology", require_profiles=False)
+
+
+def seen_configs(model) -> list[dict[str, int]]:
+    """The calibration's configurations: the example's own and one with more instances."""
+    base = model.config
+    more = {op.name: (op.parallelism if op.is_source else
+                      min(op.max_parallelism, op.parallelism + 1 if op.parallelism <= 2
+                          else math.ceil(1.5 * op.parallelism)))
+            for op in model.operators}
+    return [model.resolve_config(base), model.resolve_config(more)]
+
+
+def unseen_configs(model, n: int, rng: np.random.Generator) -> list[dict[str, int]]:
+    """``n`` distinct configurations, none a calibration configuration: every non-source
+    operator's parallelism uniform in [1, max(4, 2p + 2)] (within its bounds)."""
+    seen = {tuple(sorted(c.items())) for c in seen_configs(model)}
+    out: list[dict[str, int]] = []
+    for _ in range(1000):
+        if len(out) == n:
+            break
+        cfg = {}
+        for op in model.operators:
+            if op.is_source:
+                cfg[op.name] = op.parallelism
+                continue
+            hi = min(op.max_parallelism, max(4, 2 * op.parallelism + 2))
+            cfg[op.name] = int(rng.integers(max(1, op.min_parallelism), hi + 1))
+        key = tuple(sorted(cfg.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(model.resolve_config(cfg))
+    return out
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+def calibrate_example(truth, plan: Plan, work: Path, spark, seed: int):
+    """Record, ingest, summarize, calibrate. Returns (fitted model, calibration table rows)."""
+    from experiments.recording import calibrate_store, ingest_and_summarize, load_plan, record, truth_errors
+
+    runs = load_plan(truth, seen_configs(truth), utilizations=(0.35, 0.6, 0.85), seconds=plan.record_s)
+    raw = record(truth, runs, seed=seed)
+    store = work / f"store-{truth.job}"
+    report, _ = ingest_and_summarize(raw, store, spark=spark)
+    quarantined = int(sum(report.quarantined.values()))
+    fitted = calibrate_store(store, truth.job, topology=topology_of(truth)).model_
+    rows = [{"example": truth.job, "parameter": k, "relative_error": v}
+            for k, v in truth_errors(truth, fitted).items()]
+    rows.append({"example": truth.job, "parameter": "quarantined_rows", "relative_error": float(quarantined)})
+    return fitted, rows
+
+
+def measure(truth, config: Mapping[str, int], rate: float, plan: Plan, seed: int) -> dict[str, float]:
+    """Throughput (source records/s after warm-up) and end-to-end latency of sink tuples."""
+    from experiments.testbed import Testbed, TestbedConfig
+
+    cfg = TestbedConfig(seed=seed)
+    bed = Testbed(truth, rate, cfg, parallelism=config)
+    bed.advance(plan.warmup_s)
+    before = len(bed.latencies_ms())
+    bed.advance(plan.measure_s)
+    latencies = bed.latencies_ms()[before:]
+    frame = bed.frame()
+    start = pd.Timestamp(cfg.start_time) + pd.Timedelta(seconds=plan.warmup_s)
+    rows = frame[(frame["ts"] >= start) & frame["operator"].isin([op.name for op in truth.sources])
+                 & (frame["metric"] == "records_in")]
+    windows = rows["ts"].nunique()
+    throughput = float(rows["value"].sum() / (windows * cfg.window_s)) if windows else math.nan
+    if len(latencies):
+        mean, p99 = float(latencies.mean()), float(np.percentile(latencies, 99))
+    else:
+        mean = p99 = math.nan
+    return {"throughput": throughput, "latency_mean": mean, "latency_p99": p99,
+            "sink_tuples": float(len(latencies))}
+
+
+def predictions(fitted, config: Mapping[str, int], rate: float) -> dict[str, dict[str, float]]:
+    from experiments.peer_models import peer_predict
+    from modeler.queueing import predict
+
+    def num(x):
+        return math.nan if x is None else float(x)
+
+    a = predict(fitted, config, rate)
+    out = {"augury": {"throughput": a.throughput, "max_rate": a.max_rate,
+                      "latency_mean": num(a.latency_ms.get("mean")),
+                      "latency_p99": num(a.latency_ms.get("p99"))}}
+    for name in ("caladrius", "drs"):
+        p = peer_predict(name, fitted, config, rate)
+        out[name] = {"throughput": p.throughput, "max_rate": p.max_rate,
+                     "latency_mean": num(p.latency_mean_ms), "latency_p99": math.nan}
+    return out
+
+
+def error_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per quantity and model: points, undefined predictions, median and p90 |relative error|."""
+    rows = []
+    for q in QUANTITIES:
+        sub = points[points["quantity"] == q]
+        if q == "max_rate":  # one measurement per configuration, repeated on every load row
+            sub = sub.drop_duplicates(["example", "config"])
+        for m in MODELS:
+            measured = sub["measured"].to_numpy(float)
+            pred = sub[f"pred_{m}"].to_numpy(float)
+            ok = np.isfinite(measured) & (measured > 0)
+            defined = ok & np.isfinite(pred)
+            err = np.abs(pred[defined] - measured[defined]) / measured[defined]
+            if m != "augury" and q == "latency_p99":
+                continue  # the peers predict no tail
+            rows.append({"quantity": q, "model": m, "points": int(ok.sum()),
+                         "undefined": int((ok & ~np.isfinite(pred)).sum()),
+                         "median_abs_rel_error": float(np.median(err)) if len(err) else math.nan,
+                         "p90_abs_rel_error": float(np.percentile(err, 90)) if len(err) else math.nan})
+    return pd.DataFrame(rows)
+
+
+def plot(points: pd.DataFrame, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("max_rate", "max sustainable rate (tuples/s)"), ("latency_mean", "mean latency (ms)"),
+              ("latency_p99", "p99 latency (ms)")]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    markers = {"augury": ("o", "tab:blue"), "caladrius": ("s", "tab:orange"), "drs": ("^", "tab:green")}
+    for ax, (q, label) in zip(axes, panels):
+        sub = points[points["quantity"] == q]
+        if q == "max_rate":
+            sub = sub.drop_duplicates(["example", "config"])
+        lo, hi = math.inf, 0.0
+        for m, (mk, color) in markers.items():
+            x, y = sub["measured"].to_numpy(float), sub[f"pred_{m}"].to_numpy(float)
+            ok = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+            if ok.any():
+                ax.scatter(x[ok], y[ok], s=14, marker=mk, color=color, alpha=0.7, label=m)
+                lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
+        if hi > 0:
+            ax.plot([lo, hi], [lo, hi], color="grey", lw=1, ls="--")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel("predicted")
+        ax.legend(fontsize=8)
+    fig.suptitle("accuracy on unseen configurations (testbed = truth)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=72)
+    plt.close(fig)
+    return path
+
+
+# ------------------------------------------------------------------------------- run
+
+
+def run(ctx: ExperimentContext) -> ExperimentResult:
+    from experiments.recording import measure_max_rate
+    from history.spark import spark_session
+    from modeler.modelfile import load_model
+
+    plan = QUICK if ctx.quick else FULL
+    rng = np.random.default_rng(ctx.seed)
+    spark = spark_session(master=ctx.spark_master, app_name="augury-accuracy")
+    point_rows, calib_rows = [], []
+    for k, example in enumerate(plan.examples):
+        truth = load_model(ctx.repo / "examples" / f"{example}.yaml")
+        ctx.progress(f"accuracy: {example}: recording and calibrating")
+        fitted, rows = calibrate_example(truth, plan, ctx.workdir, spark, seed=ctx.seed * 1000 + 100 * k + 1)
+        calib_rows.extend(rows)
+        for c, config in enumerate(unseen_configs(truth, plan.unseen_configs, rng)):
+            label = ",".join(f"{n}={p}" for n, p in config.items() if not truth.operator(n).is_source)
+            seed = ctx.seed * 1000 + 100 * k + 10 * c + 50
+            max_rate = measure_max_rate(truth, config, seconds=plan.max_rate_s, warmup_s=plan.warmup_s,
+                                        seed=seed)
+            ctx.progress(f"accuracy: {example} [{label}]: measured max rate {max_rate:.0f}/s")
+            for j, load in enumerate((*plan.loads, plan.overload)):
+                rate = load * max_rate
+                got = measure(truth, config, rate, plan, seed=seed + j + 1)
+                pred = predictions(fitted, config, rate)
+                base = {"example": example, "config": label, "load": load, "rate": rate}
+                quantities = (("throughput_overload", "throughput"),) if load == plan.overload else \
+                    (("throughput", "throughput"), ("max_rate", "max_rate"),
+                     ("latency_mean", "latency_mean"), ("latency_p99", "latency_p99"))
+                for q, key in quantities:
+                    measured = max_rate if key == "max_rate" else got[key]
+                    point_rows.append({**base, "quantity": q, "measured": measured,
+                                       **{f"pred_{m}": pred[m][key] for m in MODELS},
+                                       "sink_tuples": got["sink_tuples"]})
+    points = pd.DataFrame(point_rows)
+    errors = error_table(points)
+    metrics: dict[str, float] = {}
+    for r in errors.itertuples():
+        metrics[f"median_err.{r.quantity}.{r.model}"] = r.median_abs_rel_error
+        metrics[f"p90_err.{r.quantity}.{r.model}"] = r.p90_abs_rel_error
+        metrics[f"undefined.{r.quantity}.{r.model}"] = float(r.undefined)
+    metrics["points"] = float(len(points[points["quantity"] == "latency_mean"]))
+    calib = pd.DataFrame(calib_rows)
+    params_errors = calib[calib["parameter"] != "quarantined_rows"]["relative_error"].abs()
+    metrics["calibration.max_abs_param_error"] = float(params_errors.max()) if len(params_errors) else math.nan
+    figure = plot(points, ctx.workdir / "accuracy_predicted_vs_measured.png")
+    return ExperimentResult(
+        params={"examples": ",".join(plan.examples), "unseen_configs_per_example": plan.unseen_configs,
+                "loads": ",".join(f"{x:g}" for x in plan.loads), "overload": plan.overload,
+                "record_s": plan.record_s, "measure_s": plan.measure_s, "warmup_s": plan.warmup_s,
+                "max_rate_s": plan.max_rate_s, "calibration_utilizations": "0.35,0.6,0.85"},
+        metrics=metrics,
+        tables={"errors": errors, "points": points, "calibration": calib},
+        figures={"predicted_vs_measured": figure},
+        summary=_summary(errors, plan, len(points[points["quantity"] == "latency_mean"])),
+    )
+
+
+def _summary(errors: pd.DataFrame, plan: Plan, n_points: int) -> str:
+    def med(q, m):
+        row = errors[(errors["quantity"] == q) & (errors["model"] == m)]
+        return float(row["median_abs_rel_error"].iloc[0]) if len(row) else math.nan
+
+    lines = [f"{n_points} load points on {plan.unseen_configs} unseen configurations per example "
+             f"({', '.join(plan.examples)}), loads {', '.join(f'{x:g}' for x in plan.loads)} of the "
+             "measured max sustainable rate; errors are |predicted - measured| / measured.", ""]
+    for q, goal in GOALS.items():
+        value = med(q, "augury")
+        verdict = "met" if value <= goal else "missed"
+        lines.append(f"- augury {q.replace('_', ' ')}: median error {100 * value:.1f} % "
+                     f"(goal <= {100 * goal:.0f} %: {verdict}); Caladrius {100 * med(q, 'caladrius'):.1f} %, "
+                     f"DRS {100 * med(q, 'drs'):.1f} %.")
+    lines.append(f"- augury p99 latency: median error {100 * med('latency_p99', 'augury'):.1f} % "
+                 "(the peers predict no tail).")
+    lines.append(f"- throughput at {plan.overload:g}x the max rate: augury {100 * med('throughput_overload', 'augury'):.1f} %, "
+                 f"Caladrius (no capping) {100 * med('throughput_overload', 'caladrius'):.1f} %, "
+                 f"DRS (capped at its stability limit) {100 * med('throughput_overload', 'drs'):.1f} %.")
+    return "\n".join(lines)
