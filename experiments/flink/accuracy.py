@@ -28,7 +28,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from experiments.flink.jobs import SleepPipelineSpec, submit
-from experiments.flink.metrics import FlinkMetricsConfig, FlinkMetricsSource, write_to_store
+from scheduler.flink import FlinkMetricsConfig, FlinkMetricsSource, write_to_store
 
 JOB = "augury-accuracy"
 

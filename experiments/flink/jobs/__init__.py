@@ -67,7 +67,7 @@ class SleepPipelineSpec:
 
 def submit(cluster, spec: SleepPipelineSpec, wait_running_s: float = 90.0) -> str:
     """Build (cached), upload and run the job on a ``FlinkCluster``; wait until RUNNING."""
-    from experiments.flink.actuator import LiveActuatorConfig, LiveFlinkActuator
+    from scheduler.flink import LiveActuatorConfig, LiveFlinkActuator
     from experiments.flink.cluster import build_job_jar
 
     job_id = cluster.submit_jar(build_job_jar(cluster.home), ENTRY_CLASS, spec.args())

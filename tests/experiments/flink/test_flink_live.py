@@ -12,11 +12,11 @@ import urllib.request
 
 import pytest
 
-from experiments.flink.actuator import LiveActuatorConfig, LiveFlinkActuator
+from scheduler.flink import LiveActuatorConfig, LiveFlinkActuator
 from experiments.flink.cluster import (ClusterConfig, FlinkCluster, FlinkClusterError, check_java,
                                        ensure_flink_venv, is_loopback)
 from experiments.flink.jobs import SleepPipelineSpec, submit
-from experiments.flink.metrics import FlinkMetricsConfig, FlinkMetricsSource, write_to_store
+from scheduler.flink import FlinkMetricsConfig, FlinkMetricsSource, write_to_store
 from scheduler.interfaces import MetricsSource, MetricsUnavailable
 
 BUDGET_S = 290.0

@@ -10,8 +10,8 @@ import pytest
 from experiments.flink.cluster import (ClusterConfig, _decode_addr, _listening, flink_config,
                                        is_loopback)
 from experiments.flink.jobs import SleepPipelineSpec
-from experiments.flink.metrics import (COUNTERS, Edge, FlinkMetricsConfig, FlinkMetricsSource,
-                                       JobGraph, Vertex, operator_name)
+from scheduler.flink import (COUNTERS, Edge, FlinkMetricsConfig, FlinkMetricsSource,
+                             JobGraph, Vertex, operator_name)
 from scheduler.interfaces import MetricsUnavailable
 
 
@@ -142,3 +142,15 @@ def test_missing_counters_are_never_returned_as_partial_windows():
     with pytest.raises(MetricsUnavailable):
         src.read()
     assert set(COUNTERS) >= {"numRecordsIn", "accumulateBusyTimeMs"}
+
+
+def test_a_source_that_counts_no_records_in_accepted_what_it_sent():
+    g = _graph()
+    first, second = _values(g, 100, 500, 500), _values(g, 1100, 5500, 5500)
+    for values in (first, second):
+        values[("Source", 0)]["numRecordsIn"] = 0.0  # FLIP-27 sources count no records in
+    frame = FakeSource([(g, first), (g, second)]).read().to_frame()
+    src = frame[frame["operator"] == "Source"].set_index("metric")["value"]
+    assert src["records_in"] == src["records_out"] == pytest.approx(1000)
+    agg = frame[frame["operator"] == "Aggregate"].set_index("metric")["value"]
+    assert agg["records_in"] == pytest.approx(1000)
