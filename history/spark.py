@@ -2,7 +2,7 @@
 
 Local mode by default (``local[2]``), any master URL otherwise. The UI is off, shuffles use 2
 partitions (metric tables are small per key; raise it on a cluster with ``shuffle_partitions``),
-the session time zone is UTC, Parquet timestamps are written as INT64 micros (readable by
+the session time zone is UTC, local Python workers run this interpreter (``PYSPARK_PYTHON``), Parquet timestamps are written as INT64 micros (readable by
 pyarrow as UTC timestamps), and the JVM logs only errors. Starting Spark needs Java; when it
 cannot start, ``SparkUnavailable`` (exit code 3) says why.
 """
@@ -10,6 +10,7 @@ cannot start, ``SparkUnavailable`` (exit code 3) says why.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Mapping
@@ -47,6 +48,10 @@ def spark_session(master: str = "local[2]", app_name: str = "augury", *,
     except ImportError as err:  # pragma: no cover - pyspark is a dependency
         raise SparkUnavailable(f"pyspark is not installed ({err})") from None
     memory = driver_memory or os.environ.get("AUGURY_SPARK_DRIVER_MEMORY", "1g")
+    if master.startswith("local"):
+        # Python workers (mapInPandas, UDFs) must run this interpreter, which has augury and its
+        # dependencies; Spark otherwise starts whatever `python3` is first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     log4j = _log4j_file()
     builder = (
         SparkSession.builder.master(master).appName(app_name)

@@ -235,9 +235,15 @@ def run(args: argparse.Namespace) -> int:
                 bar.update(len(chunk))
         writer.close()
         config_writer.close()
-    except BaseException:
+    except BaseException as err:
         writer.abort()
         config_writer.abort()
+        if spark is not None and _is_spark_failure(err):
+            from history.errors import SparkUnavailable
+
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise SparkUnavailable(f"the Spark job failed ({first[:300]})", field="--spark-master",
+                                   value=args.spark_master) from None
         raise
     finally:
         if spark is not None and stop_spark:
@@ -263,6 +269,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_summary(payload, elapsed))
     return 0 if bool(best["feasible"].all()) else 1
+
+
+def _is_spark_failure(err: BaseException) -> bool:
+    """An error raised by Spark (a failed job, a lost executor, the JVM gone), not by augury."""
+    module = type(err).__module__ or ""
+    return module.startswith(("pyspark", "py4j"))
 
 
 def _best_max_rate(frontier: _Frontier, space) -> dict | None:
