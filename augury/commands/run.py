@@ -6,12 +6,15 @@ The TOML config (``docs/control-loop.md``)::
     model = "examples/wordcount.yaml"      # model file (relative to the config file)
     state = "augury-state.db"              # SQLite state (action log, blacklist); optional
     [metrics]
-    source = "testbed"                     # testbed (simulated job; the loop advances it)
+    source = "testbed"                     # testbed (simulated job; the loop advances it) | flink
     rate = 1000.0                          # testbed: input rate, tuples/s (or [[metrics.steps]])
     seed = 1
     faults = "faults.yaml"                 # testbed: optional fault file
+    # source = "flink": rest_url, job_id or job_name, and any FlinkMetricsConfig field
+    # (window_s defaults to intervals.interval_s; a step runs per metric window)
     [actuator]
-    kind = "testbed"                       # testbed | dry-run (in-memory, records only)
+    kind = "testbed"                       # testbed | dry-run (in-memory, records only) | flink-rest
+    # kind = "flink-rest": rest_url (default metrics.rest_url), any LiveActuatorConfig field
     [slo]
     utilization_target = 0.7
     latency_ms = 50.0                      # optional
@@ -117,27 +120,67 @@ def load_run_config(path: str) -> dict:
     cfg = LoopConfig(**loop_kwargs)
     if cfg.interval_s <= 0:
         raise _fail(path, "intervals.interval_s", cfg.interval_s, "must be > 0")
-    metrics = raw.get("metrics", {})
-    if metrics.get("source", "testbed") != "testbed":
-        raise _fail(path, "metrics.source", metrics.get("source"), "supported: testbed")
-    actuator = raw.get("actuator", {}).get("kind", "testbed")
-    if actuator not in ("testbed", "dry-run"):
-        raise _fail(path, "actuator.kind", actuator, "supported: testbed, dry-run")
-    return {"model": model_path, "state": state, "loop": cfg, "metrics": metrics, "actuator": actuator,
-            "base": base}
+    metrics = dict(raw.get("metrics", {}))
+    source = metrics.get("source", "testbed")
+    if source not in ("testbed", "flink"):
+        raise _fail(path, "metrics.source", source, "supported: testbed, flink")
+    actuator_raw = dict(raw.get("actuator", {}))
+    actuator = actuator_raw.get("kind", "testbed" if source == "testbed" else "flink-rest")
+    if actuator not in ("testbed", "dry-run", "flink-rest"):
+        raise _fail(path, "actuator.kind", actuator, "supported: testbed, dry-run, flink-rest")
+    spec = {"model": model_path, "state": state, "loop": cfg, "metrics": metrics, "actuator": actuator,
+            "base": base, "source": source}
+    if actuator == "testbed" and source != "testbed":
+        raise _fail(path, "actuator.kind", actuator, "the testbed actuator needs the testbed metrics source")
+    if actuator == "flink-rest" and source != "flink":
+        raise _fail(path, "actuator.kind", actuator, "the flink-rest actuator needs metrics.source = \"flink\"")
+    if source == "flink":
+        spec.update(_flink_spec(path, metrics, actuator_raw, actuator, cfg))
+    return spec
+
+
+def _flink_spec(path: str, metrics: dict, actuator_raw: dict, actuator: str, cfg) -> dict:
+    """The live Flink source / actuator settings: ``metrics.rest_url`` (required), ``job_id`` or
+    ``job_name`` (one of them), FlinkMetricsConfig fields; ``actuator.rest_url`` and
+    LiveActuatorConfig fields (flink-rest) or ``out`` (dry-run)."""
+    from scheduler.flink import FlinkMetricsConfig, LiveActuatorConfig
+
+    m = {k: v for k, v in metrics.items() if k != "source"}
+    rest_url = m.pop("rest_url", None)
+    if not isinstance(rest_url, str) or not rest_url.startswith(("http://", "https://")):
+        raise _fail(path, "metrics.rest_url", rest_url, "the Flink REST URL (http://host:port) is required")
+    job_id, job_name = m.pop("job_id", None), m.pop("job_name", None)
+    if (job_id is None) == (job_name is None):
+        raise _fail(path, "metrics.job_id", job_id, "give exactly one of metrics.job_id and metrics.job_name")
+    m.setdefault("window_s", cfg.interval_s)
+    metrics_cfg = _dataclass_from(FlinkMetricsConfig, m, path, "metrics")
+    if metrics_cfg.mode not in ("counters", "rates"):
+        raise _fail(path, "metrics.mode", metrics_cfg.mode, "supported: counters, rates")
+    if not metrics_cfg.window_s > 0:
+        raise _fail(path, "metrics.window_s", metrics_cfg.window_s, "must be > 0")
+    a = {k: v for k, v in actuator_raw.items() if k != "kind"}
+    actuator_url = a.pop("rest_url", rest_url)
+    out = a.pop("out", None) if actuator == "dry-run" else None
+    actuator_cfg = _dataclass_from(LiveActuatorConfig, a, path, "actuator") if actuator == "flink-rest" else None
+    if actuator == "dry-run" and a:
+        raise _fail(path, f"actuator.{sorted(a)[0]}", None, "unknown key (known: kind, out)")
+    return {"flink": {"rest_url": rest_url, "job_id": job_id, "job_name": job_name, "metrics": metrics_cfg,
+                      "actuator_url": actuator_url, "actuator": actuator_cfg, "out": out}}
 
 
 def run(args: argparse.Namespace) -> int:
+    spec = load_run_config(args.config)
+    if args.iterations is not None and args.iterations < 1:
+        raise UsageError("must be >= 1", field="--iterations", value=args.iterations)
+    duration = parse_duration_s(args.duration, "--duration") if args.duration else None
+    if spec["source"] == "flink":
+        return _run_flink(args, spec, duration)
+
     from experiments.testbed import PiecewiseRate, Testbed, TestbedConfig, load_faults
     from modeler.modelfile import load_model
     from scheduler.interfaces import InMemoryActuator
     from scheduler.loop import ControlLoop, format_step
     from scheduler.state import InMemoryStateStore, SQLiteStateStore
-
-    spec = load_run_config(args.config)
-    if args.iterations is not None and args.iterations < 1:
-        raise UsageError("must be >= 1", field="--iterations", value=args.iterations)
-    duration = parse_duration_s(args.duration, "--duration") if args.duration else None
     if args.iterations is None and duration is None:
         raise UsageError("the testbed source needs a bound: --iterations N or --duration D", field="--iterations")
     model = load_model(spec["model"])
@@ -162,4 +205,49 @@ def run(args: argparse.Namespace) -> int:
             print(format_step(step), flush=True)
 
     loop.run(iterations=args.iterations, duration_s=duration, wait=tb.advance, on_step=show, clock=sim_clock)
+    return 0
+
+
+def _shower(args):
+    from scheduler.loop import format_step
+
+    def show(step):
+        if args.json:
+            sys.stdout.write(json.dumps(step.to_dict(), default=str) + "\n")
+            sys.stdout.flush()
+        elif not args.quiet or step.decision.kind not in ("none", "hold"):
+            print(format_step(step), flush=True)
+    return show
+
+
+def _run_flink(args: argparse.Namespace, spec: dict, duration: float | None) -> int:
+    """The loop beside a live Flink job: the metrics source blocks until the next complete window,
+    so the loop steps once per metric window (no extra wait); wall-clock ``--duration``; neither
+    bound = until interrupted."""
+    import time
+
+    from modeler.modelfile import load_model
+    from scheduler.actuators import DryRunActuator
+    from scheduler.flink import FlinkMetricsSource, LiveFlinkActuator, find_job
+    from scheduler.loop import ControlLoop
+    from scheduler.state import InMemoryStateStore, SQLiteStateStore
+
+    f = spec["flink"]
+    model = load_model(spec["model"])
+    job_id = f["job_id"] or find_job(f["rest_url"], f["job_name"], timeout_s=f["metrics"].timeout_s)
+    source = FlinkMetricsSource(f["rest_url"], job_id, f["metrics"])
+    graph = source.graph()  # MetricsUnavailable (exit 3) when the cluster or the job is gone
+    unknown = sorted(set(graph.config()) - set(model.config))
+    if unknown:
+        raise UsageError("the Flink job has an operator the model does not know (operator names must "
+                         "match the vertices' first operator)", file=spec["model"], field="operators",
+                         value=unknown[0])
+    if spec["actuator"] == "flink-rest":
+        actuator = LiveFlinkActuator(f["actuator_url"], job_id, f["actuator"])
+    else:
+        actuator = DryRunActuator(graph.config(), out=str(spec["base"] / f["out"]) if f["out"] else sys.stderr)
+    store = SQLiteStateStore(spec["state"]) if spec["state"] else InMemoryStateStore()
+    loop = ControlLoop(model, source, actuator, spec["loop"], store=store)
+    loop.run(iterations=args.iterations, duration_s=duration, wait=lambda s: None, on_step=_shower(args),
+             clock=time.monotonic)
     return 0
