@@ -5,13 +5,14 @@ An experiment is a module ``experiments/suite/<name>.py`` (``-`` in the name bec
     NAME = "convergence"                 # the name on the command line
     DESCRIPTION = "one line"             # shown by ``augury experiment list`` and in RESULTS.md
     def run(ctx: ExperimentContext) -> ExperimentResult
+    HEADLINE = ("metric", ...)           # optional: metrics quoted first in RESULTS.md / README
 
 ``run`` is deterministic for a given ``ctx.seed`` and ``ctx.quick``; it writes any files it
 needs under ``ctx.workdir`` and returns its parameters, headline metrics, result tables
 (pandas DataFrames) and figure files. ``run_experiment`` calls it inside an mlflow run in the
 mlflow experiment ``augury-<name>`` (tags ``augury.experiment``, ``augury.quick``,
-``augury.seed``) and logs: parameters, metrics, every table as ``tables/<key>.csv``, every
-figure under ``figures/``, the summary as ``summary.md`` and ``result.json`` (params, metrics,
+``augury.seed``, ``augury.git_commit``) and logs: parameters, metrics, every table as
+``tables/<key>.csv``, every figure under ``figures/``, the summary as ``summary.md`` and ``result.json`` (params, metrics,
 table and figure names). ``experiments/results.py`` regenerates ``docs/RESULTS.md`` from those
 runs; nothing in it is typed by hand.
 """
@@ -22,8 +23,10 @@ import importlib
 import json
 import pkgutil
 import shutil
+import subprocess
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -87,26 +90,63 @@ class ExperimentRun:
     seconds: float
 
 
-def experiment_names() -> dict[str, str]:
-    """name -> module name of every experiment in the suite."""
-    import experiments.suite as suite
+def experiment_names(package: str | None = None) -> dict[str, str]:
+    """name -> module name of every experiment in ``package`` (default ``SUITE_PACKAGE``).
 
-    names = {}
+    A module that fails to import (say, one being written) is skipped with a warning rather than
+    hiding every other experiment; ``broken_modules`` says which and why.
+    """
+    return dict(_discover(package)[0])
+
+
+def broken_modules(package: str | None = None) -> dict[str, str]:
+    """module name -> import error of suite modules that could not be imported."""
+    return dict(_discover(package)[1])
+
+
+def _discover(package: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    package = package or SUITE_PACKAGE  # looked up at call time (tests point it elsewhere)
+    suite = importlib.import_module(package)
+    names, broken = {}, {}
     for info in pkgutil.iter_modules(suite.__path__):
         if info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"{SUITE_PACKAGE}.{info.name}")
+        qualified = f"{package}.{info.name}"
+        try:
+            module = importlib.import_module(qualified)
+        except Exception as err:  # noqa: BLE001 - a broken module must not hide the others
+            broken[qualified] = f"{type(err).__name__}: {err}"
+            warnings.warn(f"experiment module {qualified} failed to import ({err})", stacklevel=2)
+            continue
         if hasattr(module, "NAME") and hasattr(module, "run"):
             names[module.NAME] = module.__name__
-    return dict(sorted(names.items()))
+    return dict(sorted(names.items())), broken
 
 
-def load_experiment(name: str):
-    modules = experiment_names()
+def load_experiment(name: str, package: str | None = None):
+    modules, broken = _discover(package)
     if name not in modules:
-        raise UsageError(f"unknown experiment (known: {', '.join(modules) or 'none'})",
+        hint = f"; modules that failed to import: {', '.join(broken)}" if broken else ""
+        raise UsageError(f"unknown experiment (known: {', '.join(modules) or 'none'}{hint})",
                          field="NAME", value=name)
     return importlib.import_module(modules[name])
+
+
+def headline(module) -> tuple[str, ...] | None:
+    """The metric names an experiment quotes first (optional module attribute ``HEADLINE``)."""
+    value = getattr(module, "HEADLINE", None)
+    return tuple(value) if value else None
+
+
+def git_commit(repo: Path | None = None) -> str:
+    """The repository's HEAD commit ('unknown' outside git). Runs are often made from a working
+    tree with uncommitted changes, so this is a pointer, not a guarantee."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo or Path(__file__).resolve().parents[1],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def mlflow_experiment_name(name: str) -> str:
@@ -115,30 +155,34 @@ def mlflow_experiment_name(name: str) -> str:
 
 def run_experiment(name: str, quick: bool = False, seed: int = 0, workdir: Path | None = None,
                    spark_master: str = "local[2]",
-                   progress: Callable[[str], None] = lambda message: None) -> ExperimentRun:
-    """Run experiment ``name`` and log it to mlflow (``experiments.tracking.tracking_uri()``)."""
+                   progress: Callable[[str], None] = lambda message: None,
+                   package: str | None = None) -> ExperimentRun:
+    """Run experiment ``name`` (from ``package``, the suite by default) and log it to mlflow
+    (``experiments.tracking.tracking_uri()``)."""
     from experiments import tracking
 
-    module = load_experiment(name)
+    module = load_experiment(name, package)
     own_dir = workdir is None
     work = Path(tempfile.mkdtemp(prefix=f"augury-{name}-")) if own_dir else Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     ctx = ExperimentContext(quick=quick, seed=seed, workdir=work, spark_master=spark_master,
                             progress=progress)
     tags = {"augury.experiment": name, "augury.quick": str(bool(quick)).lower(),
-            "augury.seed": str(seed)}
+            "augury.seed": str(seed), "augury.git_commit": git_commit(ctx.repo)}
     started = time.perf_counter()
-    with tracking.start_run(mlflow_experiment_name(name), run_name=f"{name}{'-quick' if quick else ''}",
-                            tags=tags) as active:
-        result = module.run(ctx)
-        if not isinstance(result, ExperimentResult):
-            raise ExperimentError("the experiment returned no ExperimentResult", field="run", value=name)
-        seconds = time.perf_counter() - started
-        tracking.log_params({"quick": quick, "seed": seed, **dict(result.params)})
-        tracking.log_metrics({**dict(result.metrics), "wall_seconds": seconds})
-        _log_outputs(result, work)
-    if own_dir:
-        shutil.rmtree(work, ignore_errors=True)
+    try:
+        with tracking.start_run(mlflow_experiment_name(name), run_name=f"{name}{'-quick' if quick else ''}",
+                                tags=tags) as active:
+            result = module.run(ctx)
+            if not isinstance(result, ExperimentResult):
+                raise ExperimentError("the experiment returned no ExperimentResult", field="run", value=name)
+            seconds = time.perf_counter() - started
+            tracking.log_params({"quick": quick, "seed": seed, **dict(result.params)})
+            tracking.log_metrics({**dict(result.metrics), "wall_seconds": seconds})
+            _log_outputs(result, work)
+    finally:
+        if own_dir:
+            shutil.rmtree(work, ignore_errors=True)
     return ExperimentRun(name=name, result=result, mlflow_run_id=active.info.run_id, seconds=seconds)
 
 

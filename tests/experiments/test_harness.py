@@ -1,0 +1,130 @@
+"""The experiment harness: discovery, what a run logs to mlflow, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import experiments.harness as harness
+from augury.cli import main as cli
+from augury.errors import UsageError
+from experiments.harness import (ExperimentError, broken_modules, experiment_names, load_experiment,
+                                 run_experiment)
+from tests.experiments.suite_fixtures import make_suite
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One temporary sqlite mlflow store per module (creating one costs seconds)."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        yield uri
+
+
+@pytest.fixture
+def suite(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return make_suite(tmp_path)
+
+
+def _client(uri):
+    import mlflow
+
+    return mlflow.MlflowClient(tracking_uri=uri)
+
+
+def test_the_real_suite_is_discovered():
+    names = experiment_names()
+    assert {"accuracy", "forecast"} <= set(names)
+    for name in ("accuracy", "forecast"):
+        module = load_experiment(name)
+        assert module.NAME == name and module.DESCRIPTION and callable(module.run)
+        assert set(module.HEADLINE)  # quoted in RESULTS.md
+
+
+def test_discovery_skips_private_helper_and_broken_modules(suite):
+    with pytest.warns(UserWarning, match="broken"):
+        names = experiment_names(suite)
+    assert names == {"badresult": f"{suite}.badresult", "norun": f"{suite}.norun", "tiny": f"{suite}.tiny"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert list(broken_modules(suite)) == [f"{suite}.broken"]
+        with pytest.raises(UsageError, match="broken") as err:
+            load_experiment("nosuch", suite)
+    assert err.value.field == "NAME" and err.value.value == "nosuch"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_run_logs_params_metrics_tags_and_artifacts(suite, store, tmp_path):
+    said = []
+    done = run_experiment("tiny", quick=True, seed=3, workdir=tmp_path / "work", package=suite,
+                          progress=said.append)
+    assert said == ["tiny: running"]
+    assert done.name == "tiny" and done.seconds >= 0
+    client = _client(store)
+    run = client.get_run(done.mlflow_run_id)
+    assert run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == "augury-tiny"
+    tags = run.data.tags
+    assert tags["augury.experiment"] == "tiny" and tags["augury.quick"] == "true"
+    assert tags["augury.seed"] == "3" and tags["augury.git_commit"]
+    assert run.data.params == {"quick": "True", "seed": "3", "cases": "3", "mode": "quick"}
+    metrics = run.data.metrics
+    assert metrics["score"] == 3.125 and metrics["other"] == 2.5
+    assert "nan_metric" not in metrics  # mlflow rejects NaN: skipped, not crashed
+    assert metrics["wall_seconds"] == pytest.approx(done.seconds)
+    listed = {a.path for a in client.list_artifacts(done.mlflow_run_id)}
+    assert listed == {"tables", "figures", "summary.md", "result.json"}
+    assert [a.path for a in client.list_artifacts(done.mlflow_run_id, "tables")] == ["tables/cases.csv"]
+    assert [a.path for a in client.list_artifacts(done.mlflow_run_id, "figures")] == ["figures/tiny_plot.png"]
+    local = Path(client.download_artifacts(done.mlflow_run_id, "", str(tmp_path / "dl")))
+    table = pd.read_csv(local / "tables" / "cases.csv")
+    assert table["value"].tolist() == [3.0, 3.125, 3.25]
+    assert (local / "figures" / "tiny_plot.png").read_bytes() == b"not really a png 3"
+    assert (local / "summary.md").read_text() == "tiny summary for seed 3"
+    manifest = json.loads((local / "result.json").read_text())
+    assert manifest["metrics"]["score"] == 3.125 and manifest["tables"] == ["cases"]
+    assert manifest["figures"] == {"plot": "tiny_plot.png"}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_failing_experiment_is_an_error_and_a_failed_run(suite, store):
+    with pytest.raises(ExperimentError, match="no ExperimentResult"):
+        run_experiment("badresult", package=suite)
+    with pytest.raises(RuntimeError):
+        run_experiment("norun", package=suite)
+    client = _client(store)
+    for name in ("badresult", "norun"):
+        exp = client.get_experiment_by_name(f"augury-{name}")
+        runs = client.search_runs([exp.experiment_id])
+        assert [r.info.status for r in runs] == ["FAILED"]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_cli_runs_lists_and_rejects_unknown_names(suite, store, monkeypatch, capsys):
+    monkeypatch.setattr(harness, "SUITE_PACKAGE", suite)
+    assert cli(["experiment", "run", "tiny", "--seed", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["experiment"] == "tiny" and out["seed"] == 2 and out["quick"] is False
+    assert out["metrics"]["score"] == 2.125 and out["tables"] == {"cases": 3}
+    assert _client(store).get_run(out["mlflow_run_id"]).data.tags["augury.quick"] == "false"
+
+    assert cli(["experiment", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["experiments"]
+    assert listed == {"badresult": "returns the wrong type", "norun": "never run in the tests",
+                      "tiny": "test-only experiment"}
+
+    assert cli(["experiment", "run", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "augury experiment: error:" in err[0] and "'nosuch'" in err[0]
+    assert "tiny" in err[0]  # names the known experiments
+
+
+def test_cli_unknown_experiment_on_the_real_suite(capsys):
+    assert cli(["experiment", "run", "no-such-experiment", "--quick"]) == 2
+    assert "unknown experiment" in capsys.readouterr().err
