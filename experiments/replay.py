@@ -230,13 +230,16 @@ class LoopController:
     """augury's control loop (``scheduler.loop.ControlLoop``) on the testbed.
 
     ``loop_config`` is in policy seconds; it is scaled to simulated seconds. The loop is stepped
-    after every window (its ``interval_s`` is the window). ``steps`` keeps every ``Step``.
+    after every window (its ``interval_s`` is the window). ``steps`` keeps every ``Step`` (with
+    ``keep_steps``). ``trusted``: the model starts trusted (verified before the run).
     """
 
-    def __init__(self, model: JobModel, loop_config=None, name: str = "augury", keep_steps: bool = False) -> None:
+    def __init__(self, model: JobModel, loop_config=None, name: str = "augury", keep_steps: bool = False,
+                 trusted: bool = False) -> None:
         from scheduler.loop import LoopConfig
 
         self.model = model
+        self.trusted = trusted
         self.loop_config = loop_config or LoopConfig()
         self.name = name
         self.keep_steps = keep_steps
@@ -251,6 +254,8 @@ class LoopController:
         self.proxy = _ProxyActuator(self)
         lc = scaled_loop_config(replace(self.loop_config, interval_s=cfg.window_s * cfg.time_scale), cfg.time_scale)
         self.loop = ControlLoop(self.model, bed, self.proxy, lc)
+        if self.trusted:  # the model was verified before the run: start on the planner path
+            self.loop.trust.restore({"state": "trusted", "good_streak": lc.trust.good_windows})
 
     def step(self, bed, view: WindowView, stats, config) -> dict | None:
         self.proxy.wanted = None
