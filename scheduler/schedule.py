@@ -10,7 +10,9 @@ fits the forecaster and calls it.
 
 How the timeline is built (``docs/scheduler.md`` has the same with examples):
 
-1. **Demand.** At grid step i the demand is the forecast at i. The current measured load is a
+1. **Demand.** At grid step i the demand is the forecast at i (then the maximum over the next
+   ``lookahead_s``, by default the lead time, in whole steps: a load arriving a little earlier
+   than forecast finds the capacity in place). The current measured load is a
    floor for the steps within ``stabilization_s`` of now (final recommendation = max of
    reactive and predictive: the load measured now has to fall for a stabilization period
    before anything may be sized below it).
@@ -47,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from modeler.modelfile import JobModel
-from modeler.queueing import CompiledModel, compile_model, predict_batch
+from modeler.queueing import CompiledModel, compile_model, predict, predict_batch
 from scheduler.errors import SchedulerError
 from scheduler.plan import Plan, PlanConfig, plan
 
@@ -64,6 +66,10 @@ class ScheduleConfig:
     """Seconds the load must stay low before a scale-down (Flink's autoscaler uses 1 h)."""
     max_reconfigurations_per_day: int = 12
     """Most configuration changes in any 24 h window (the first change at now included)."""
+    lookahead_s: float | None = None
+    """The level at a step also covers the forecast up to this many seconds later (so a load
+    that arrives a little earlier than forecast finds the capacity in place); ``None`` = the
+    lead time. In whole grid steps, rounded up."""
     rate_resolution: float = 0.02
     """Levels are rounded *up* to a geometric grid with this relative step (0 = exact)."""
     plan: PlanConfig = field(default_factory=PlanConfig)
@@ -74,6 +80,10 @@ class ScheduleConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise SchedulerError("must be a finite number >= 0", field=name, value=v)
+        la = self.lookahead_s
+        if la is not None and (isinstance(la, bool) or not isinstance(la, (int, float))
+                               or not math.isfinite(la) or la < 0):
+            raise SchedulerError("must be a finite number >= 0 or None", field="lookahead_s", value=la)
         m = self.max_reconfigurations_per_day
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             raise SchedulerError("must be a positive integer", field="max_reconfigurations_per_day", value=m)
@@ -187,13 +197,16 @@ def _round_up(rate: float, resolution: float) -> float:
 def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load: float,
              config: ScheduleConfig = ScheduleConfig(), now: pd.Timestamp | None = None,
              current_config: Mapping[str, int] | None = None,
-             recent_issues: Sequence[pd.Timestamp] = ()) -> Schedule:
+             recent_issues: Sequence[pd.Timestamp] = (),
+             plan_cache: dict | None = None) -> Schedule:
     """The timeline for ``forecast`` (timestamps -> rate at the planning quantile).
 
     ``now`` defaults to one grid step before the first forecast timestamp. ``current_config``:
     the configuration running now (``None``: unknown, the first configuration is a change
-    in force from now). ``recent_issues``: times of reconfigurations issued before now; those
-    within 24 h count against the budget.
+    in force from now); when it meets the targets at the first segment's level it is kept
+    (no change at now). ``recent_issues``: times of reconfigurations issued before now; those
+    within 24 h count against the budget. ``plan_cache``: a dict shared between calls with the
+    same model and ``config.plan`` (rolling re-plans), level -> ``Plan``.
     """
     config.check()
     compiled = model if isinstance(model, CompiledModel) else compile_model(model)
@@ -223,11 +236,14 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     demand = values.copy()
     demand[floor] = np.maximum(demand[floor], current_load)
     win = int(math.ceil(config.stabilization_s / step_s)) if step_s > 0 else 0
-    level = pd.Series(demand).rolling(win + 1, min_periods=1).max().to_numpy()
+    ahead_s = config.lead_time_s if config.lookahead_s is None else config.lookahead_s
+    fwd = int(math.ceil(ahead_s / step_s - 1e-9)) if step_s > 0 else 0
+    ahead = pd.Series(demand[::-1]).rolling(fwd + 1, min_periods=1).max().to_numpy()[::-1]
+    level = pd.Series(ahead).rolling(win + 1, min_periods=1).max().to_numpy()
     level = np.array([_round_up(x, config.rate_resolution) for x in level])
 
     # Plans per distinct level (cached).
-    cache: dict[float, Plan] = {}
+    cache: dict[float, Plan] = plan_cache if plan_cache is not None else {}
 
     def plan_for(rate: float) -> Plan:
         if rate not in cache:
@@ -245,8 +261,27 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
             return max(t_s[s] - lead_s, 0.0)
         return float(t_s[s])
 
+    covers_cache: dict[float, bool] = {}
+
+    def current_covers(rate: float) -> bool:
+        """The running configuration meets the utilization target (and SLO) at ``rate``."""
+        if current_config is None:
+            return False
+        if rate not in covers_cache:
+            pr = predict(compiled, current_config, rate)
+            ok = not pr.saturated and max(
+                (o.max_utilization for o in pr.operators.values()), default=0.0
+            ) <= config.plan.utilization_target * (1 + 1e-9)
+            slo = config.plan.latency_slo_ms
+            if ok and slo is not None:
+                value = pr.latency_ms.get(config.plan.latency_stat)
+                ok = value is not None and value <= slo
+            covers_cache[rate] = bool(ok)
+        return covers_cache[rate]
+
     def initial_is_change() -> bool:
-        return current_config is None or dict(plan_for(seg[0][2]).config) != current_config
+        return not current_covers(seg[0][2]) and (
+            current_config is None or dict(plan_for(seg[0][2]).config) != current_config)
 
     # 3. At most K changes issued in any 24 h window: merge the cheapest change away.
     def cost(s: int, e: int, lv: float) -> float:
@@ -277,15 +312,31 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
                 best, best_cost = c, extra
         (s1, _, l1), (_, e2, l2) = seg[best], seg[best + 1]
         seg[best: best + 2] = [(s1, e2, max(l1, l2))]
+    # The configuration of each segment: the running one for the first when it covers it.
+    keep = current_covers(seg[0][2])
+
+    def config_of(n: int, lv: float) -> dict[str, int]:
+        return dict(current_config) if (n == 0 and keep) else dict(plan_for(lv).config)
+
     # Neighbouring segments with the same configuration are one segment.
     merged: list[tuple[int, int, float]] = []
-    for s, e, lv in seg:
-        if merged and dict(plan_for(merged[-1][2]).config) == dict(plan_for(lv).config):
+    merged_cfg: list[dict[str, int]] = []
+    for n, (s, e, lv) in enumerate(seg):
+        c = config_of(n, lv)
+        if merged and merged_cfg[-1] == c:
             ps, _, pl = merged[-1]
             merged[-1] = (ps, e, max(pl, lv))
         else:
             merged.append((s, e, lv))
+            merged_cfg.append(c)
     seg = merged
+    cap_of = {}
+
+    def capacity(c: dict[str, int]) -> float:
+        key = tuple(sorted(c.items()))
+        if key not in cap_of:
+            cap_of[key] = predict(compiled, c, 1.0).max_rate
+        return cap_of[key]
 
     # 5. Timeline with lead times.
     lead = pd.Timedelta(seconds=lead_s)
@@ -294,7 +345,9 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     feasible = True
     for n, (s, e, lv) in enumerate(seg):
         p = plan_for(lv)
-        if not p.feasible:
+        cfg_n = merged_cfg[n]
+        kept = n == 0 and keep
+        if not kept and not p.feasible:
             feasible = False
             reasons.append(f"no feasible configuration for {lv:,.1f} tuples/s ({idx[s]}): " + "; ".join(p.reasons))
         start = idx[s]
@@ -305,15 +358,14 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
             if current_config is None:
                 direction, effective = "initial", now
                 why = "in force from now: " + why
-            elif dict(p.config) == current_config:
+            elif kept or cfg_n == current_config:
                 direction, effective = "keep", now
-                why = "the running configuration is right: " + why
+                why = "the running configuration meets the targets: " + why
             else:
                 direction, effective = "initial", now + lead
                 why = "change now: " + why
         else:
-            prev = seg[n - 1][2]
-            direction = "up" if lv > prev else "down"
+            direction = "up" if capacity(cfg_n) > capacity(merged_cfg[n - 1]) else "down"
             if direction == "up":
                 issue = start - lead
                 late = issue < now
@@ -326,7 +378,9 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
                        f"{config.stabilization_s / 60:g} min")
             effective = issue + lead
         recs.append(Reconfiguration(issue_at=issue, effective_at=effective,
-                                    segment_start=start, config=dict(p.config), instances=p.instances,
+                                    segment_start=start, config=cfg_n,
+                                    instances=sum(v for k, v in cfg_n.items()
+                                                  if not compiled.model.operator(k).is_source),
                                     level=lv, direction=direction, late=late, reason=why))
     fixed = [now + pd.Timedelta(seconds=float(x)) for x in recent]
     over = max_per_day(fixed + [r.issue_at for r in recs if r.direction != "keep"])
@@ -352,12 +406,33 @@ def replay(model: JobModel | CompiledModel, sched: Schedule, actual: pd.Series,
     """The timeline's configurations against the *actual* load: per timestamp of ``actual``, the
     configuration in force, the hottest instance's utilization, and ``violation`` (above the
     utilization target, or saturated)."""
+    return replay_timeline(model, sched.reconfigurations, actual, utilization_target,
+                           before=sched.current_config)
+
+
+def replay_timeline(model: JobModel | CompiledModel, reconfigurations, actual: pd.Series,
+                    utilization_target: float | None = None,
+                    before: Mapping[str, int] | None = None) -> pd.DataFrame:
+    """Any list of reconfigurations (e.g. stitched from rolling re-plans) against the actual
+    load: per timestamp of ``actual`` (``NaN`` rates are dropped) the configuration in force
+    (latest ``effective_at <= ts``; ``before``, else the first, until then), ``instances`` (over
+    the non-source operators), ``max_utilization``, ``saturated`` and ``violation`` (above the
+    utilization target, default 0.7, or saturated)."""
     compiled = model if isinstance(model, CompiledModel) else compile_model(model)
     target = utilization_target if utilization_target is not None else 0.7
-    rows = [sched.config_at(ts) for ts in actual.index]
-    P = compiled.config_array(rows)
+    actual = actual.dropna()
+    recs = sorted(enumerate(reconfigurations), key=lambda x: (x[1].effective_at, x[0]))
+    configs = [dict(before) if before is not None else dict(reconfigurations[0].config)]
+    configs += [dict(r.config) for _, r in recs]
+    eff = np.array([r.effective_at.value for _, r in recs], dtype=np.int64)
+    which = np.searchsorted(eff, actual.index.asi8, side="right")  # 0 = before the first
+    uniq, inverse = np.unique(which, return_inverse=True)
+    P_u = compiled.config_array([configs[k] for k in uniq])
+    P = P_u[inverse]
     batch = predict_batch(compiled, P, actual.to_numpy(dtype=float))
     util = batch.max_utilization.max(axis=1)
-    return pd.DataFrame({"actual": actual.to_numpy(dtype=float), "max_utilization": util,
-                         "saturated": batch.saturated,
+    variable = [i for i, n in enumerate(compiled.names) if not compiled.model.operator(n).is_source]
+    return pd.DataFrame({"actual": actual.to_numpy(dtype=float),
+                         "instances": P[:, variable].sum(axis=1).astype(int),
+                         "max_utilization": util, "saturated": batch.saturated,
                          "violation": batch.saturated | (util > target * (1 + 1e-9))}, index=actual.index)

@@ -26,7 +26,7 @@ def _peak_series(start=20, end=26):
 
 
 def test_scale_up_is_issued_lead_time_early_and_down_after_stabilization():
-    cfg = ScheduleConfig(lead_time_s=600, stabilization_s=3600, rate_resolution=0)
+    cfg = ScheduleConfig(lead_time_s=600, stabilization_s=3600, rate_resolution=0, lookahead_s=0)
     s = schedule(MODEL, _peak_series(), LOW, cfg)
     ups = [r for r in s.reconfigurations if r.direction == "up"]
     downs = [r for r in s.reconfigurations if r.direction == "down"]
@@ -81,3 +81,49 @@ def test_bad_forecast_raises():
         schedule(MODEL, pd.Series([1.0, -1.0], index=IDX[:2]), LOW)
     with pytest.raises(SchedulerError):
         schedule(MODEL, pd.Series([1.0, 2.0]), LOW)
+
+
+def test_lookahead_covers_a_load_arriving_one_step_early():
+    # Default lookahead = the lead time (10 min) -> one 30-min step: the high level starts at 19.
+    cfg = ScheduleConfig(lead_time_s=600, stabilization_s=3600, rate_resolution=0)
+    s = schedule(MODEL, _peak_series(), LOW, cfg)
+    ups = [r for r in s.reconfigurations if r.direction == "up"]
+    assert ups[0].segment_start == IDX[19]
+    early = _peak_series(start=19, end=26)  # the actual peak comes one step early
+    assert not replay(MODEL, s, early).violation.any()
+    no_ahead = schedule(MODEL, _peak_series(), LOW, ScheduleConfig(lead_time_s=600, rate_resolution=0,
+                                                                   lookahead_s=0))
+    assert replay(MODEL, no_ahead, early).violation.sum() == 1
+
+
+def test_budget_counts_issue_times_recent_issues_and_the_change_at_now():
+    values = np.where(np.arange(len(IDX)) % 6 < 3, HIGH, LOW)
+    forecast = pd.Series(values, index=IDX)
+    now = IDX[0]
+    cfg = ScheduleConfig(stabilization_s=0, max_reconfigurations_per_day=6, lookahead_s=0)
+    recent = [now - pd.Timedelta(hours=h) for h in (1, 2, 3)]
+    s = schedule(MODEL, forecast, HIGH, cfg, now=now, recent_issues=recent)
+    issued = recent + [r.issue_at for r in s.changes()]
+    from scheduler.schedule import max_per_day
+
+    assert s.reconfigurations[0].direction == "initial"  # unknown running config: a change
+    assert max_per_day(issued) <= 6
+    assert s.per_day() <= 6 - 0  # within the schedule alone, too
+    # Merged segments keep the higher level: capacity never below the forecast.
+    assert (s.steps["capacity"] >= s.steps["forecast"] * (1 - 1e-9)).all()
+
+
+def test_running_config_that_covers_the_first_segment_is_kept():
+    big = dict(plan(MODEL, HIGH).config)
+    s = schedule(MODEL, _peak_series(), LOW, ScheduleConfig(rate_resolution=0), current_config=big)
+    assert s.reconfigurations[0].direction == "keep"
+    assert s.reconfigurations[0].config == big
+    assert len(s.changes()) == len(s.reconfigurations) - 1
+    # A running config too small for the load now: changed at now, in force after the lead time.
+    small = dict(plan(MODEL, LOW).config)
+    s2 = schedule(MODEL, _peak_series(), HIGH, ScheduleConfig(rate_resolution=0, lead_time_s=300),
+                  current_config=small)
+    first = s2.reconfigurations[0]
+    assert first.direction == "initial" and first.effective_at == s2.now + pd.Timedelta(seconds=300)
+    assert s2.config_at(s2.now) == small
+    assert s2.config_at(first.effective_at) == dict(plan(MODEL, HIGH).config)
