@@ -1,0 +1,296 @@
+"""``preemptive``: replay real traces, time-compressed, on the testbed for every policy.
+
+Traces (``../shared/traces``, see its README): WC98 (World Cup 1998, tournament weeks), NYC taxi,
+AMZN tweets. Each replayed period follows three weeks of history; the trace is scaled so its peak
+over history and replay is ``peak_over_capacity`` x the job's max rate at its default
+configuration (the job: ``examples/wordcount.yaml``, the true model). The replay runs
+``speedup`` x faster than real time (rates unchanged; every policy's time constants keep their
+real-time meaning, see ``experiments.replay``).
+
+Policies:
+
+* **augury** (pre-emptive): every ``replan_s`` of trace time a forecaster (``modeler.forecast``,
+  ``auto``) is fitted on the history up to now (before the replayed period at first) and
+  ``scheduler.schedule.schedule`` turns its ``quantile`` path into a timeline (at most
+  ``max_reconfigurations_per_day``, lead time, stabilization before scale-down, the measured
+  load as a floor); augury's ``ControlLoop`` (true model, trusted) runs alongside as the
+  reactive floor: the configuration applied is the per-operator maximum of the schedule's and
+  the loop's.
+* **flink-autoscaler**, **ds2**, **dhalion**: the baselines (``experiments.baselines``).
+* **static-peak**: the cheapest configuration for the replayed period's actual peak, never changed.
+* **oracle**: knows the trace; every ``oracle_interval_s`` the cheapest configuration for the
+  peak until the next decision plus restart (the lower bound on instance-hours at that cadence).
+
+Metrics per trace and policy: SLO-violation minutes (sink p99 > SLO or source backlog > 1 s of
+input, in trace minutes), instance-hours (trace hours), reconfigurations per day.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from experiments.harness import ExperimentContext, ExperimentError, ExperimentResult
+
+NAME = "preemptive"
+DESCRIPTION = ("real traces (WC98, NYC taxi, AMZN tweets) replayed time-compressed: SLO-violation minutes, "
+               "instance-hours, reconfigurations/day for augury pre-emptive, Flink rules, DS2, Dhalion, "
+               "static peak, oracle")
+
+TRACES = {
+    # name: (file, history start, replay start)
+    "wc98": ("wc98_requests_per_minute.csv", "1998-06-01", "1998-06-22"),
+    "nyc_taxi": ("nab_nyc_taxi.csv", "2014-07-01", "2014-07-22"),
+    "amzn_tweets": ("nab_Twitter_volume_AMZN.csv", "2015-03-11", "2015-04-01"),
+}
+POLICIES = ("augury", "flink-autoscaler", "ds2", "dhalion", "static-peak", "oracle")
+
+
+@dataclass(frozen=True)
+class Params:
+    model_file: str = "examples/wordcount.yaml"
+    days: int = 1
+    """Days replayed per trace (``--quick``: 1 day of one trace). 1 for time on the shared machine."""
+    speedup: float = 960.0
+    """Trace seconds per simulated second (a day in 90 simulated seconds)."""
+    window_s: float = 1.0
+    """Metrics window, simulated seconds (16 trace minutes)."""
+    restart_s: float = 30.0
+    """Restart time per reconfiguration, trace seconds."""
+    peak_over_capacity: float = 1.6
+    latency_slo_ms: float = 50.0
+    utilization_target: float = 0.7
+    quantile: float = 0.9
+    forecast_step_s: float = 900.0
+    """Forecasting grid (the trace is averaged onto it when finer)."""
+    replay_resample_s: float = 300.0
+    """The replayed trace's resolution (finer traces are re-binned)."""
+    replan_s: float = 6 * 3600.0
+    """augury re-fits the forecast and re-plans the schedule this often (trace s)."""
+    horizon_s: float = 30 * 3600.0
+    lead_time_s: float = 600.0
+    stabilization_s: float = 3600.0
+    max_reconfigurations_per_day: int = 6
+    oracle_interval_s: float = 4 * 3600.0
+    """The oracle decides this often (6 times a day, augury's budget)."""
+
+
+def rate_series(path, step_s: float) -> pd.Series:
+    """The trace as tuples/s on a regular grid of at least ``step_s``."""
+    from history.series import load_series
+
+    s = load_series(path)
+    native = float(np.median(np.diff(s.index.asi8)) / 1e9)
+    rates = (s / native).astype(float)
+    grid = max(step_s, native)
+    if grid > native:
+        rates = rates.resample(f"{int(grid)}s").mean()
+    return rates.interpolate(limit_direction="both")
+
+
+class PreemptiveController:
+    """augury pre-emptive: the schedule from a periodically re-fitted forecast, with the control
+    loop as a reactive floor (per-operator maximum)."""
+
+    name = "augury"
+
+    def __init__(self, model, rates: pd.Series, day0: pd.Timestamp, params: Params) -> None:
+        self.model = model
+        self.rates = rates
+        self.day0 = day0
+        self.p = params
+        self.next_replan_s = 0.0
+        self.schedule = None
+        self.floor: dict | None = None
+        self.schedules: list = []
+        self.forecast_methods: list[str] = []
+
+    def start(self, bed, cfg) -> None:
+        from experiments.replay import LoopController
+        from scheduler.loop import LoopConfig
+
+        self.cfg = cfg
+        self.loop = LoopController(self.model, LoopConfig(utilization_target=self.p.utilization_target,
+                                                          latency_slo_ms=self.p.latency_slo_ms),
+                                   name="augury-loop", trusted=True)
+        self.loop.start(bed, cfg)
+
+    def replan(self, now_s: float, measured: float) -> None:
+        from modeler.forecast import Forecaster
+        from scheduler.plan import PlanConfig
+        from scheduler.schedule import ScheduleConfig, schedule
+
+        now = self.day0 + pd.Timedelta(seconds=now_s)
+        history = self.rates[(self.rates.index >= self.day0 - pd.Timedelta(days=21)) & (self.rates.index < now)]
+        fit = Forecaster(method="auto").fit(history)
+        steps = int(math.ceil(self.p.horizon_s / self.p.forecast_step_s))
+        fc = fit.forecast(steps, quantiles=(self.p.quantile,))
+        forecast = pd.Series(np.asarray(fc.quantiles[self.p.quantile], float), index=pd.DatetimeIndex(fc.timestamps))
+        forecast = forecast[forecast.index > now]
+        cfg = ScheduleConfig(lead_time_s=self.p.lead_time_s, stabilization_s=self.p.stabilization_s,
+                             max_reconfigurations_per_day=self.p.max_reconfigurations_per_day,
+                             plan=PlanConfig(utilization_target=self.p.utilization_target,
+                                             latency_slo_ms=self.p.latency_slo_ms))
+        self.schedule = schedule(self.model, forecast, float(measured), cfg, now=now)
+        self.schedules.append(self.schedule)
+        self.forecast_methods.append(fit.method)
+        self.floor = None
+
+    def step(self, bed, view, stats, config) -> dict | None:
+        if view.now_s >= self.next_replan_s:
+            sources = [op.name for op in self.model.sources]
+            measured = sum(stats[s].arrival_rate for s in sources if s in stats)
+            self.replan(view.now_s, measured)
+            self.next_replan_s += self.p.replan_s
+        wanted = self.loop.step(bed, view, stats, config)
+        if wanted is not None:
+            self.floor = dict(wanted)
+        now = self.day0 + pd.Timedelta(seconds=view.now_s)
+        horizon = now + pd.Timedelta(seconds=self.cfg.window_s * self.cfg.time_scale)
+        due = [r for r in self.schedule.reconfigurations if r.issue_at <= horizon]
+        target = dict(due[-1].config) if due else dict(config)
+        if self.floor:
+            target = {k: max(int(v), int(self.floor.get(k, v))) for k, v in target.items()}
+        target = {**dict(config), **{k: v for k, v in target.items() if k in config}}
+        if target == dict(config):
+            if wanted is not None:  # the loop believes it acted: tell it what is in force
+                self.loop.loop.config_in_force = dict(config)
+            return None
+        return target
+
+    def applied(self, bed, view, config, restart_sim_s) -> None:
+        self.loop.sync(config, bed.now_s, restart_sim_s)
+
+
+def run_trace(trace: str, params: Params, days: int, seed: int, repo, traces_dir, progress) -> list:
+    from experiments.baselines import (DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy, OraclePolicy,
+                                       StaticPolicy)
+    from experiments.replay import PolicyController, ReplayConfig, drive
+    from experiments.testbed import load_trace
+    from modeler.modelfile import load_model, to_graph
+    from modeler.queueing import predict
+    from scheduler.plan import PlanConfig, plan
+
+    file, hist_start, replay_start = TRACES[trace]
+    path = traces_dir / file
+    if not path.is_file():
+        raise ExperimentError("trace file missing", file=str(path), field="trace", value=trace)
+    truth = load_model(str(repo / params.model_file))
+    day0 = pd.Timestamp(replay_start)
+    end = day0 + pd.Timedelta(days=days)
+    raw = rate_series(path, 0.0)
+    span = raw[(raw.index >= pd.Timestamp(hist_start)) & (raw.index < end)]
+    scale = params.peak_over_capacity * predict(truth, None, 0.0).max_rate / float(span.max())
+    rates = rate_series(path, params.forecast_step_s) * scale
+    duration = days * 86400 / params.speedup
+    load = load_trace(path, speedup=params.speedup, scale=scale, start=str(day0), duration_s=duration,
+                      resample_s=params.replay_resample_s if params.replay_resample_s > float(
+                          np.median(np.diff(raw.index.asi8)) / 1e9) else None)
+    pc = PlanConfig(utilization_target=params.utilization_target, latency_slo_ms=params.latency_slo_ms)
+    rate_at = lambda t: load.rate_at(t / params.speedup)  # noqa: E731 - policy seconds -> tuples/s
+    actual_peak = max(load.rates)
+    first = plan(truth, rate_at(0.0), pc).config
+    graph = to_graph(truth)
+    ts = params.speedup
+    rcfg = ReplayConfig(window_s=params.window_s, time_scale=ts, restart_s=params.restart_s,
+                        latency_slo_ms=params.latency_slo_ms, seed=seed)
+    controllers = {
+        "augury": lambda: PreemptiveController(truth, rates, day0, params),
+        "flink-autoscaler": lambda: PolicyController(FlinkAutoscalerPolicy(graph, time_scale=ts), settle=True),
+        "ds2": lambda: PolicyController(DS2Policy(graph), settle=True),
+        "dhalion": lambda: PolicyController(DhalionPolicy(graph, time_scale=ts), settle=True),
+        "static-peak": lambda: PolicyController(StaticPolicy(name="static-peak")),
+        "oracle": lambda: PolicyController(OraclePolicy(truth, rate_at, interval_s=params.oracle_interval_s,
+                                                        restart_s=params.restart_s, sample_s=300.0,
+                                                        utilization_target=params.utilization_target,
+                                                        latency_slo_ms=params.latency_slo_ms)),
+    }
+    out = []
+    for policy in POLICIES:
+        progress(f"{trace} {day0.date()} +{days} d: {policy}")
+        c = controllers[policy]()
+        if policy == "static-peak":
+            initial = dict(plan(truth, actual_peak, pc).config)
+        elif policy == "oracle":
+            initial = dict(c.policy.config_for(c.policy.peak(0.0)))
+        else:
+            initial = dict(first)
+        r = drive(truth, load, c, rcfg, initial, duration)
+        out.append((trace, r, c))
+    return out
+
+
+def run(ctx: ExperimentContext) -> ExperimentResult:
+    params = Params()
+    traces = ("nyc_taxi",) if ctx.quick else tuple(TRACES)
+    days = 1 if ctx.quick else params.days
+    rows, timelines = [], {}
+    for k, trace in enumerate(traces):
+        for tr, r, c in run_trace(trace, params, days, ctx.seed * 100 + k, ctx.repo, ctx.traces_dir, ctx.progress):
+            rows.append({"trace": tr, "policy": r.policy, "days": days,
+                         "violation_minutes": r.violation_minutes, "instance_hours": r.instance_hours,
+                         "reconfigurations": r.reconfigurations,
+                         "reconfigurations_per_day": r.reconfigurations / days,
+                         "violated_share": float(r.timeline["violated"].mean()),
+                         "peak_instances": int(r.timeline["instances"].max()),
+                         "forecast_methods": ",".join(sorted(set(getattr(c, "forecast_methods", [])))),
+                         "planned_reconfigurations_max_24h": max((s.per_day() for s in getattr(c, "schedules", [])),
+                                                                 default=0)})
+            timelines[(tr, r.policy)] = r.timeline
+    table = pd.DataFrame(rows)
+    totals = table.groupby("policy", sort=False)[["violation_minutes", "instance_hours", "reconfigurations"]].sum()
+    totals["reconfigurations_per_day"] = totals["reconfigurations"] / (days * len(traces))
+    totals = totals.reset_index()
+    t = totals.set_index("policy")
+    metrics = {}
+    for policy in t.index:
+        key = policy.replace("-", "_")
+        for col in ("violation_minutes", "instance_hours", "reconfigurations_per_day"):
+            metrics[f"{key}.{col}"] = float(t.loc[policy, col])
+    a, f, s = t.loc["augury"], t.loc["flink-autoscaler"], t.loc["static-peak"]
+    reduction = 1.0 - a.violation_minutes / f.violation_minutes if f.violation_minutes > 0 else math.nan
+    metrics["augury.violation_reduction_vs_flink"] = reduction
+    metrics["augury.instance_hours_over_static_peak"] = a.instance_hours / s.instance_hours
+    metrics["augury.instance_hours_over_oracle"] = a.instance_hours / t.loc["oracle", "instance_hours"]
+    lines = [f"{', '.join(traces)}: {days} day(s) each replayed {params.speedup:g}x compressed on the WordCount "
+             f"job (trace peak = {params.peak_over_capacity} x its default max rate), seed {ctx.seed}.",
+             f"- augury: {a.violation_minutes:.0f} SLO-violation minutes vs {f.violation_minutes:.0f} for the Flink "
+             f"rules ({reduction:.0%} fewer; goal >= 90 %: {'met' if reduction >= 0.9 else 'missed'}), "
+             f"{a.instance_hours:.0f} instance-hours vs {s.instance_hours:.0f} static peak (goal <=: "
+             f"{'met' if a.instance_hours <= s.instance_hours else 'missed'}) and {t.loc['oracle', 'instance_hours']:.0f} "
+             f"oracle; {a.reconfigurations_per_day:.1f} reconfigurations/day (goal <= 6: "
+             f"{'met' if a.reconfigurations_per_day <= 6 else 'missed'}).",
+             "- per policy (all traces): " + "; ".join(
+                 f"{p}: {t.loc[p, 'violation_minutes']:.0f} min, {t.loc[p, 'instance_hours']:.0f} inst-h, "
+                 f"{t.loc[p, 'reconfigurations_per_day']:.1f}/day" for p in t.index)]
+    figures = {f"capacity_{tr}": _figure(tr, timelines, ctx.workdir) for tr in traces}
+    return ExperimentResult(
+        params={"traces": ",".join(traces), "policies": ",".join(POLICIES), **params.__dict__, "days": days},
+        metrics=metrics, tables={"runs": table, "totals": totals}, figures=figures, summary="\n".join(lines))
+
+
+def _figure(trace: str, timelines, workdir):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from pathlib import Path
+
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    first = next(tl for (tr, _), tl in timelines.items() if tr == trace)
+    ax.plot(first["t_s"] / 3600.0, first["rate"], color="black", lw=1.5, label="load")
+    for (tr, policy), tl in timelines.items():
+        if tr == trace:
+            ax.step(tl["t_s"] / 3600.0, tl["capacity"], where="post", lw=1, label=f"capacity: {policy}")
+    ax.set_xlabel("trace hours since the replay start")
+    ax.set_ylabel("tuples/s")
+    ax.legend(loc="upper left", fontsize=7)
+    ax.set_title(f"{trace}: load and capacity per policy")
+    fig.tight_layout()
+    path = Path(workdir) / f"preemptive_{trace}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

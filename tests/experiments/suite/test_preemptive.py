@@ -1,0 +1,27 @@
+"""``preemptive``: the --quick experiment (one day of the NYC-taxi trace) through the harness."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.slow
+def test_quick_preemptive_through_the_harness(tmp_path, monkeypatch, traces_dir):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    from experiments.harness import run_experiment
+
+    run = run_experiment("preemptive", quick=True, seed=0, workdir=tmp_path / "work")
+    runs = run.result.tables["runs"].set_index("policy")
+    assert set(runs.index) == {"augury", "flink-autoscaler", "ds2", "dhalion", "static-peak", "oracle"}
+    assert (runs["instance_hours"] > 0).all() and (runs["violation_minutes"] >= 0).all()
+    assert (runs["violation_minutes"] <= 24 * 60).all()
+    assert runs.loc["static-peak", "reconfigurations"] == 0
+    # The oracle decides every 4 h: at most 6 changes a day, and never more instance-hours than
+    # static peak (it sizes for the peak of each interval, static for the day's peak).
+    assert runs.loc["oracle", "reconfigurations"] <= 6
+    assert runs.loc["oracle", "instance_hours"] <= runs.loc["static-peak", "instance_hours"] + 1e-9
+    # augury's schedule was built from a fitted forecast and respects the daily budget.
+    assert runs.loc["augury", "forecast_methods"] and runs.loc["augury", "planned_reconfigurations_max_24h"] <= 6
+    m = run.result.metrics
+    assert m["augury.instance_hours"] == pytest.approx(runs.loc["augury", "instance_hours"])
+    assert all(p.is_file() for p in run.result.figures.values()) and run.mlflow_run_id
