@@ -1,0 +1,100 @@
+"""The ``accuracy`` experiment: its helpers, and the quick variant through the harness."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiments.suite import accuracy
+from modeler.modelfile import KeySpec, load_model
+from tests.conftest import EXAMPLES
+
+
+@pytest.mark.parametrize("example", ["wordcount", "pipeline", "diamond"])
+def test_unseen_configurations_are_new_distinct_and_valid(example):
+    model = load_model(EXAMPLES / f"{example}.yaml")
+    seen = accuracy.seen_configs(model)
+    assert len(seen) == 2 and seen[0] != seen[1]
+    unseen = accuracy.unseen_configs(model, 6, np.random.default_rng(7))
+    assert len(unseen) == 6
+    keys = {tuple(sorted(c.items())) for c in unseen}
+    assert len(keys) == 6 and not keys & {tuple(sorted(c.items())) for c in seen}
+    for config in unseen:
+        assert model.resolve_config(config) == config
+        for op in model.sources:
+            assert config[op.name] == op.parallelism
+    again = accuracy.unseen_configs(model, 6, np.random.default_rng(7))
+    assert again == unseen  # seeded
+
+
+def test_topology_has_no_profile():
+    model = load_model(EXAMPLES / "pipeline.yaml")
+    topo = accuracy.topology_of(model)
+    assert not topo.has_profiles() and topo.network_delay_ms == 0
+    assert [e.grouping for e in topo.edges] == [e.grouping for e in model.edges]
+    # no key distribution (the parser's default, uniform, stands in) and no selectivity
+    assert all(e.keys in (None, KeySpec()) and e.selectivity == 1.0 for e in topo.edges)
+    assert topo.operator("dedup").max_parallelism == 64  # key groups kept: the user's topology says them
+
+
+def test_error_table_by_hand():
+    rows = []
+    for i, (measured, a, c) in enumerate([(100.0, 110.0, 150.0), (200.0, 190.0, math.nan), (50.0, 50.0, 40.0)]):
+        rows.append({"example": "x", "config": f"k{i}", "load": 0.5, "rate": 1.0, "quantity": "latency_mean",
+                     "measured": measured, "pred_augury": a, "pred_caladrius": c, "pred_drs": 2 * measured,
+                     "sink_tuples": 1.0})
+    errors = accuracy.error_table(pd.DataFrame(rows)).set_index(["quantity", "model"])
+    aug = errors.loc[("latency_mean", "augury")]
+    assert aug["points"] == 3 and aug["undefined"] == 0
+    assert aug["median_abs_rel_error"] == pytest.approx(0.05)          # {0.1, 0.05, 0}
+    assert aug["p90_abs_rel_error"] == pytest.approx(0.09)
+    cal = errors.loc[("latency_mean", "caladrius")]
+    assert cal["undefined"] == 1 and cal["median_abs_rel_error"] == pytest.approx(0.35)  # {0.5, 0.2}
+    assert errors.loc[("latency_mean", "drs")]["median_abs_rel_error"] == pytest.approx(1.0)
+    assert ("latency_p99", "caladrius") not in errors.index  # peers predict no tail
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_quick_accuracy_through_the_harness(spark, tmp_path, monkeypatch):
+    import mlflow
+
+    from experiments.harness import run_experiment
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    done = run_experiment("accuracy", quick=True, seed=0, workdir=tmp_path / "work")
+    r = done.result
+    points, errors, calib = r.tables["points"], r.tables["errors"], r.tables["calibration"]
+    plan = accuracy.QUICK
+    n_configs = plan.unseen_configs * len(plan.examples)
+    assert points.query("quantity == 'latency_mean'").shape[0] == n_configs * len(plan.loads)
+    assert points.query("quantity == 'throughput_overload'").shape[0] == n_configs
+    assert set(errors["model"]) == set(accuracy.MODELS)
+    # calibration through the pipeline recovered the truth and quarantined nothing
+    params = calib[calib["parameter"] != "quarantined_rows"]["relative_error"].abs()
+    assert len(params) >= 4 and params.max() < 0.05
+    assert calib.loc[calib["parameter"] == "quarantined_rows", "relative_error"].eq(0).all()
+    # measurements are physical: sub-capacity throughput follows the offered rate, latencies grow with load
+    sub = points.query("quantity == 'throughput'")
+    assert np.allclose(sub["measured"], sub["rate"], rtol=0.05)
+    for _, g in points.query("quantity == 'latency_mean'").groupby("config"):
+        lat = g.sort_values("load")["measured"].to_numpy()
+        assert np.all(lat > 0) and lat[-1] > lat[0]
+    # numbers sane: augury's capacity is close; Caladrius does not cap above capacity (it
+    # predicts the offered 1.3x, so ~30 % error) while augury predicts the max rate
+    m = r.metrics
+    assert m["median_err.max_rate.augury"] < 0.10
+    assert m["median_err.throughput_overload.augury"] < 0.10
+    assert 0.15 < m["median_err.throughput_overload.caladrius"] < 0.45
+    assert m["median_err.latency_mean.augury"] < m["median_err.latency_mean.drs"]
+    assert all(v >= 0 for k, v in m.items() if k.startswith(("median_err", "p90_err")) and not math.isnan(v))
+    # and what was logged is what was returned
+    logged = mlflow.MlflowClient(tracking_uri=uri).get_run(done.mlflow_run_id).data.metrics
+    for key in accuracy.HEADLINE:
+        assert logged[key] == pytest.approx(m[key])
+    assert r.figures["predicted_vs_measured"].is_file()
+    assert "goal <= 5 %" in r.summary
