@@ -85,6 +85,7 @@ from modeler.queueing import (
     predict_batch,
     prediction_from_batch,
 )
+from scheduler import _plan_fast
 from scheduler.errors import InfeasiblePlan, SchedulerError
 
 _UTIL_EPS = 1e-9
@@ -690,6 +691,11 @@ def _solve(prob: _Problem) -> Plan:
         return _finish(prob, b, True, notes + [
             f"latency {stat} {base_lat:.4g} ms <= SLO {slo:g} ms at the utilization-minimal counts"], True)
 
+    if slo is not None and not prob.coupled and _plan_fast.supported(prob.c) and prob.rate > 0:
+        fast = _solve_fast(prob, b, notes)
+        if fast is not None:
+            return fast
+
     threshold = slo if slo is not None else np.inf
     inc_vals, inc_lat, k_ub = None, np.inf, None
     if slo is not None:
@@ -787,3 +793,89 @@ def _slo_reasons(prob: _Problem, values: np.ndarray, bound: float) -> list[str]:
     if at_max:
         out.append("at max_parallelism there: " + ", ".join(at_max))
     return out
+
+
+def _solve_fast(prob: _Problem, b: np.ndarray, notes: list[str]) -> Plan | None:
+    """The latency search for models without broadcast, forward edges or batching: best-first
+    over the instance count, a multiple-choice knapsack on the separable floor bound for the
+    root and the unassigned operators, exact per-operator sojourns for the assigned prefix
+    (``scheduler._plan_fast``). None when it cannot decide (then the general search runs)."""
+    stat, slo, U = prob.stat, prob.slo, prob.U
+    fm = _plan_fast.FastMean(prob.c, prob.rate)
+    if any(len(g.domain) > 4096 for g in prob.var):
+        return None
+    ops = [g.members[0] for g in prob.var]
+    domains = []
+    for g, v in zip(prob.var, ops):
+        util = fm.max_utilization(v, g.domain)
+        ok = (util <= U * (1 + _UTIL_EPS)) & (util < 1 - 1e-12)
+        if not ok[0]:
+            return None  # disagrees with minimal_counts (saturation edge): let the general search decide
+        domains.append(g.domain[ok])
+    base = prob.config_matrix(b)[0]
+    knap = _plan_fast.Knapsack(fm, ops, domains, base, k_cap=64)
+    slo_s = slo / 1000.0
+    slack = 1 + _plan_fast._LAT_SLACK
+    V = len(prob.c.names)
+    budget = prob.cfg.max_evaluations * V
+
+    def done(values, extra_reasons, feasible=True):
+        prob.evaluations += knap.steps // V
+        return _finish(prob, values, feasible, extra_reasons, True)
+
+    if knap.global_min > slo_s * slack:
+        # No configuration reaches the SLO: even the floor bound, minimized per operator, is above.
+        idx = np.array([int(np.argmin(f)) for f in knap.F])
+        vals = np.array([d[i] for d, i in zip(domains, idx)], dtype=np.int64)
+        prob.evaluations += knap.steps // V
+        return _finish(prob, None, False, _slo_reasons(prob, vals, knap.global_min * 1000.0), True, vals)
+    k = 0
+    while k <= knap.total:
+        if k > knap.k_cap:
+            knap.build(min(2 * knap.k_cap, knap.total))
+        if knap.lower_bound(k) > slo_s * slack:
+            k += 1
+            continue
+        inc = knap.argmin(k)
+        inc_mean = float(fm.evaluate(knap.config(inc))[0][0])
+        thr = slo_s
+        if inc_mean <= slo_s:
+            if stat == "mean":
+                thr = inc_mean
+            else:
+                batch = prob.evaluate(knap.config(inc))
+                inc_stat = float(prob.latency(batch)[0])
+                if prob.util_ok(batch)[0] and inc_stat <= slo:
+                    thr = min(thr, inc_stat / 1000.0)
+        try:
+            idx, means = knap.level(k, thr, budget)
+        except _plan_fast.BudgetExhausted:
+            prob.evaluations += knap.steps // V
+            return None
+        if len(idx):
+            if stat == "mean":
+                top = np.argsort(means, kind="stable")[:16]
+                idx = idx[top]
+            best_i, best_lat = None, np.inf
+            for start in range(0, len(idx), 4096):
+                P = knap.config(idx[start:start + 4096])
+                batch = prob.evaluate(P)
+                lat = prob.latency(batch)
+                ok = prob.util_ok(batch) & ~np.isnan(lat) & (lat <= slo * (1 + _LAT_EPS))
+                if ok.any():
+                    i = int(np.nonzero(ok)[0][np.argmin(lat[ok])])
+                    if lat[i] < best_lat:
+                        best_i, best_lat = start + i, float(lat[i])
+            if best_i is not None:
+                vals = knap.config(idx[best_i])[0]
+                values = np.array([vals[v] for v in ops], dtype=np.int64)
+                extra = []
+                if k > 0:
+                    extra.append(f"latency SLO {stat} <= {slo:g} ms needs {k} instance(s) beyond the "
+                                 f"utilization-minimal counts ({stat} {best_lat:.4g} ms)")
+                return done(values, notes + extra)
+            if stat == "mean":
+                return None  # the per-operator sum and predict_batch disagree: general search
+        k += 1
+    return done(None, [f"no configuration within the bounds meets the latency SLO {stat} <= {slo:g} ms "
+                       "(exhaustive search)"], feasible=False)

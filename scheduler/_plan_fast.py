@@ -1,0 +1,336 @@
+"""The mean latency of ``modeler.queueing`` one operator at a time, for the planner's exact search.
+
+Units: rates in tuples/s, internal times in seconds (``mean_ms`` converts).
+
+Only for models without broadcast edges, forward edges or output batching (``supported``). There,
+below saturation, the visit ratios do not depend on the parallelism and every per-hop delay is the
+constant network delay, so the model's end-to-end mean latency is exactly
+
+    mean = C + sum_v w_v * sojourn_v
+
+with constant weights ``w_v`` (the share of the sinks' traffic that passed through v, from the
+flow-weighted path mixture) and ``C`` (the weighted network delays). ``sojourn_v`` depends on v's
+own parallelism and on the dispersion of v's input stream, which upstream operators raise through
+departure smoothing: ``stream_out = max(stream_in, rho^2 cs2 + (1 - rho^2) stream_in) >=
+stream_in``. Every step from a dispersion to the next is non-decreasing (thinning, splitting,
+superposition, departures), and the waiting time is non-decreasing in the arrival SCV (the
+Allen-Cunneen/KLB form: ``g * (ca2 + cs2)`` has a positive derivative in ``ca2`` on both branches
+of ``g``). So the **floor** evaluation, which sets ``stream_out = stream_in`` everywhere, gives
+each operator a sojourn ``f_v(p_v)`` that depends on its own parallelism only and is a lower bound
+on its sojourn in every configuration: ``C + sum_v w_v f_v(p_v)`` is a separable lower bound on
+the mean latency, the basis of the planner's knapsack bound. The **exact** evaluation reproduces
+``predict_batch``'s mean (tested to 1e-9 in ``tests/scheduler/test_plan.py``) and is computed
+operator by operator in topological order, so a partial assignment of a prefix has exact
+sojourns for the prefix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from modeler.queueing import CompiledModel, _superpose, _waiting
+
+
+def supported(compiled: CompiledModel) -> bool:
+    model = compiled.model
+    if any(e.grouping in ("broadcast", "forward") for e in model.edges):
+        return False
+    return not (model.buffer_timeout_ms > 0 and model.buffer_records > 1)
+
+
+class FastMean:
+    """Per-operator evaluation of the model's mean latency at one input rate (see module doc)."""
+
+    def __init__(self, compiled: CompiledModel, rate: float) -> None:
+        assert supported(compiled)
+        c = self.c = compiled
+        V = self.V = len(c.names)
+        self.rate = float(rate)
+        visit = np.zeros(V)
+        for v in range(V):
+            if not c.in_edges[v]:
+                visit[v] = c.source_share[v]
+            else:
+                visit[v] = sum(e.selectivity * visit[e.u] for e in c.in_edges[v])
+        self.visit = visit
+        self.processed = visit * self.rate
+        self.has_capacity = c.service_s > 0
+        top = int(max(c.max_p.max(), 1)) + 1
+        self.factor = np.ones((V, top + 1))
+        for v, name in enumerate(c.names):
+            scaling = c.model.operator(name).scaling
+            if scaling.form != "linear":
+                self.factor[v] = scaling.factor_at(np.arange(top + 1, dtype=float))
+        self.even = [all(e.grouping == "shuffle" for e in c.in_edges[v]) for v in range(V)]
+        # Weights of the sojourns in the end-to-end mean and the constant network part.
+        flow = {(e.u, v): e.selectivity * visit[e.u] for v in range(V) for e in c.in_edges[v]}
+        w = np.zeros(V)
+        sinks = list(c.sinks)
+        sink_total = float(visit[sinks].sum())
+        if sink_total > 0:
+            w[sinks] = visit[sinks] / sink_total
+        hop = c.model.network_delay_ms / 1000.0
+        const = 0.0
+        for v in reversed(range(V)):
+            tot = sum(flow[(e.u, v)] for e in c.in_edges[v])
+            if not c.in_edges[v] or tot <= 0:
+                continue
+            const += w[v] * hop
+            for e in c.in_edges[v]:
+                w[e.u] += w[v] * flow[(e.u, v)] / tot
+        self.w = w
+        self.const_s = const
+
+    # ------------------------------------------------------------------ pieces
+    def service(self, v: int, p: np.ndarray) -> np.ndarray:
+        return self.c.service_s[v] * self.factor[v][p]
+
+    def classes(self, v: int, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(share, count) per instance class, as ``predict_batch`` builds them."""
+        pf = p.astype(float)
+        if self.even[v]:
+            return (1.0 / pf)[:, None], pf[:, None]
+        edges = self.c.in_edges[v]
+        width = max(int(e.table.shape[1]) for e in edges if e.grouping == "key")
+        k = np.arange(width)[None, :]
+        mask = k < p[:, None]
+        flows, parts = [], []
+        for e in edges:
+            flows.append(e.selectivity * self.visit[e.u])
+            if e.grouping == "key":
+                parts.append(e.table[p, :width])
+            else:
+                parts.append(np.where(mask, 1.0 / pf[:, None], 0.0))
+        if len(parts) == 1:
+            share = parts[0]
+        else:
+            total = sum(flows)
+            share = sum(f * s for f, s in zip(flows, parts)) / (total if total > 0 else 1.0)
+            if total <= 0:
+                share = parts[0]
+        return share, (share > 0).astype(float)
+
+    def max_utilization(self, v: int, p: np.ndarray) -> np.ndarray:
+        """Utilization of v's hottest instance at parallelism p (below saturation)."""
+        if not self.has_capacity[v]:
+            return np.zeros(len(p))
+        share, _ = self.classes(v, p)
+        return self.processed[v] * share.max(axis=1) * self.service(v, p)
+
+    def step(self, v: int, p: np.ndarray, stream_out: np.ndarray, floor: bool
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """(sojourn seconds, departure-stream dispersion) of operator v for rows with parallelism
+        ``p``; ``stream_out`` [n, V] holds the upstream operators' departure dispersions."""
+        c = self.c
+        n = len(p)
+        pf = p.astype(float)
+        share, count = self.classes(v, p)
+        es = self.service(v, p)[:, None]
+        rho = self.processed[v] * share * es
+        if not c.in_edges[v]:
+            frac = 1.0 / pf
+            ca2 = (frac * c.arrival_scv[v] + 1.0 - frac)[:, None] * np.ones_like(share)
+            clump = np.ones_like(share)
+            stream_in = np.full(n, c.arrival_scv[v])
+        else:
+            parts = []
+            num = np.zeros(n)
+            den = 0.0
+            width = share.shape[1]
+            for e in c.in_edges[v]:
+                s = e.selectivity
+                if s <= 0:
+                    continue
+                disp = stream_out[:, e.u] * s + e.batch_var / s
+                clump_e = s + e.batch_var / s if s > 1 else 1.0
+                rate_e = s * self.visit[e.u] * self.rate
+                num = num + rate_e * disp
+                den += rate_e
+                if e.grouping == "shuffle":
+                    sh = share if width == 1 else np.where(share > 0, 1.0 / pf[:, None], 0.0)
+                    d = (disp / pf)[:, None]
+                    m = np.maximum(1.0, clump_e / pf)[:, None]
+                    r = rate_e * sh
+                else:  # key
+                    sh = e.table[p, :width] if width > 1 else (1.0 / pf)[:, None]
+                    d = sh * disp[:, None] + 1.0 - sh
+                    m = 1.0 - sh + sh * clump_e
+                    r = rate_e * sh
+                if width > 1:
+                    r, d, m = (np.broadcast_to(x, share.shape) for x in (r, d, m))
+                else:
+                    r, d, m = (np.broadcast_to(x, (n, 1)) for x in (r, d, m))
+                parts.append((r, d, m))
+            if parts:
+                ca2, clump = _superpose(parts)
+            else:
+                ca2, clump = np.ones_like(share), np.ones_like(share)
+            stream_in = num / den if den > 0 else np.ones(n)
+        weight = share * count
+        if self.has_capacity[v]:
+            cs2 = c.scv[v]
+            wq, _ = _waiting(rho, ca2, cs2, es, clump)
+            soj = (weight * (wq + es)).sum(axis=1)
+            if floor:
+                out = stream_in
+            else:
+                rho_op = (weight * rho).sum(axis=1)
+                out = np.maximum(stream_in, rho_op**2 * cs2 + (1.0 - rho_op**2) * stream_in)
+        else:
+            soj = np.zeros(n)
+            out = stream_in
+        return soj, np.broadcast_to(out, (n,))
+
+    def evaluate(self, P: np.ndarray, floor: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(mean latency seconds [n], sojourn seconds [n, V]) for full configurations ``P``."""
+        P = np.atleast_2d(P)
+        n = P.shape[0]
+        so = np.ones((n, self.V))
+        soj = np.zeros((n, self.V))
+        for v in range(self.V):
+            soj[:, v], so[:, v] = self.step(v, P[:, v], so, floor)
+        return self.const_s + soj @ self.w, soj
+
+
+# ----------------------------------------------------------------------------- search
+
+_LAT_SLACK = 1e-9
+"""Relative slack on every pruning comparison: the per-operator sums here and ``predict_batch``
+add the same terms in a different order, so their means differ by ~1e-15 relative."""
+
+
+class BudgetExhausted(Exception):
+    pass
+
+
+class Knapsack:
+    """Exact search over one instance count with the separable floor bound (see ``plan.py``).
+
+    ``ops[t]``: column of variable operator t (in topological order); ``domains[t]``: its allowed
+    values from its utilization-minimal count ``b_t`` upward (util-infeasible ones removed);
+    ``base``: full configuration (fixed operators at their values).
+    """
+
+    def __init__(self, fm: FastMean, ops: list[int], domains: list[np.ndarray], base: np.ndarray,
+                 k_cap: int) -> None:
+        self.fm, self.ops, self.base = fm, ops, base
+        self.G = G = len(ops)
+        self.domains = domains
+        self.costs = [d - d[0] for d in domains]
+        self.pos = {v: t for t, v in enumerate(ops)}
+        self.steps = 0  # operator-steps over rows (work counter)
+        # Floor tables: row i has every variable operator at its i-th allowed value (clipped).
+        n = max(len(d) for d in domains) if G else 1
+        P = np.repeat(base[None, :], n, axis=0)
+        for t, (v, d) in enumerate(zip(ops, domains)):
+            P[:, v] = d[np.minimum(np.arange(n), len(d) - 1)]
+        _, soj = fm.evaluate(P, floor=True)
+        self.steps += n * fm.V
+        w = fm.w
+        self.F = [w[v] * soj[: len(d), v] for v, d in zip(ops, domains)]
+        # Constant floor contribution of the fixed operators after each column.
+        fixed_floor = np.where(np.isin(np.arange(fm.V), ops), 0.0, w * soj[0])
+        self.fixed_after = np.concatenate([np.cumsum(fixed_floor[::-1])[::-1][1:], [0.0]])
+        self.floor_const = fm.const_s + float(fixed_floor.sum())
+        self.global_min = self.floor_const + float(sum(f.min() for f in self.F))
+        """Least floor mean latency (s) over every configuration: a lower bound on all of them."""
+        self.total = int(sum(int(c[-1]) for c in self.costs))
+        self.build(min(k_cap, self.total))
+
+    def build(self, k_cap: int) -> None:
+        """Suffix knapsack: ``S[t][r]`` = least sum of F over operators t.. with exactly r extra
+        instances (inf when impossible), for r <= k_cap; ``arg`` reconstructs the choice."""
+        K = self.k_cap = int(k_cap)
+        G = self.G
+        self.S = [None] * (G + 1)
+        self.arg = [None] * G
+        last = np.full(K + 1, np.inf)
+        last[0] = 0.0
+        self.S[G] = last
+        r = np.arange(K + 1)
+        padded_inf = np.inf
+        for t in range(G - 1, -1, -1):
+            c = self.costs[t]
+            n_i = int(np.searchsorted(c, K, side="right"))
+            src = r[None, :] - c[:n_i, None]
+            cand = np.where(src >= 0, self.F[t][:n_i, None] + last[np.maximum(src, 0)], padded_inf)
+            arg = np.argmin(cand, axis=0)
+            cur = cand[arg, r]
+            self.S[t], self.arg[t] = cur, np.where(np.isfinite(cur), arg, -1)
+            last = cur
+
+    def lower_bound(self, k: int) -> float:
+        """Least floor mean latency (s) over configurations with exactly k extra instances."""
+        return self.floor_const + float(self.S[0][k]) if k <= self.k_cap else -np.inf
+
+    def argmin(self, k: int) -> np.ndarray:
+        """A configuration reaching ``lower_bound(k)`` (domain indices per variable operator)."""
+        out = np.zeros(self.G, dtype=np.int64)
+        r = k
+        for t in range(self.G):
+            i = int(self.arg[t][r])
+            out[t] = i
+            r -= int(self.costs[t][i])
+        return out
+
+    def config(self, idx: np.ndarray) -> np.ndarray:
+        idx = np.atleast_2d(idx)
+        P = np.repeat(self.base[None, :], idx.shape[0], axis=0)
+        for t, (v, d) in enumerate(zip(self.ops, self.domains)):
+            P[:, v] = d[idx[:, t]]
+        return P
+
+    def level(self, k: int, threshold_s: float, budget: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every configuration with exactly k extra instances whose exact mean latency (s) is at
+        most ``threshold_s`` (with slack), as (domain indices [n, G], mean seconds [n]).
+
+        Branch and bound in topological order: a partial assignment's operators have exact
+        sojourns (all their ancestors are assigned), the rest contribute their floor tables
+        through the knapsack ``S``; a node is dropped when that bound exceeds the threshold.
+        Raises ``BudgetExhausted`` past ``budget`` operator-steps."""
+        fm = self.fm
+        V = fm.V
+        thr = threshold_s * (1 + _LAT_SLACK)
+        idx = np.zeros((1, self.G), dtype=np.int64)
+        rem = np.array([k], dtype=np.int64)
+        acc = np.full(1, fm.const_s)
+        so = np.ones((1, V))
+        w = fm.w
+        for v in range(V):
+            t = self.pos.get(v)
+            if t is None:
+                soj, out = fm.step(v, np.full(len(rem), self.base[v], dtype=np.int64), so, floor=False)
+                acc = acc + w[v] * soj
+                so[:, v] = out
+            else:
+                cost, F, S_next = self.costs[t], self.F[t], self.S[t + 1]
+                n_i = int(min(len(cost), np.searchsorted(cost, int(rem.max()), side="right")))
+                ci = np.arange(n_i)
+                newrem = rem[:, None] - cost[None, :n_i]
+                ok = newrem >= 0
+                sep = acc[:, None] + F[None, :n_i] + S_next[np.clip(newrem, 0, self.k_cap)] + self.fixed_after[v]
+                ok &= sep <= thr
+                r, c = np.nonzero(ok)
+                if len(r) == 0:
+                    break
+                rem = newrem[r, c]
+                idx = idx[r]
+                idx[:, t] = ci[c]
+                so = so[r]
+                p = self.domains[t][ci[c]]
+                soj, out = fm.step(v, p, so, floor=False)
+                acc = acc[r] + w[v] * soj
+                so[:, v] = out
+                bound = acc + S_next[np.clip(rem, 0, self.k_cap)] + self.fixed_after[v]
+                keep = bound <= thr
+                if not keep.all():
+                    idx, rem, acc, so = idx[keep], rem[keep], acc[keep], so[keep]
+            self.steps += len(rem)
+            if self.steps > budget:
+                raise BudgetExhausted
+            if len(rem) == 0:
+                break
+        if len(rem) == 0:
+            return np.zeros((0, self.G), dtype=np.int64), np.zeros(0)
+        ok = (rem == 0) & (acc <= thr)
+        return idx[ok], acc[ok]
