@@ -272,6 +272,25 @@ class Testbed:
                                          "reason": reason})
         return Actuation(applied=True, config=new, restart_s=float(self.cfg.restart_s), detail=reason)
 
+    def restart_instance(self, operator: str, instance: int, reason: str = "") -> Actuation:
+        """Restart one instance on a healthy host (``scheduler.loop.InstanceRestarter``): the
+        slow-instance faults active on it end (one that starts later still applies); its queue and
+        key groups are kept. Modelled as instantaneous: a single task restarts in well under a
+        metric window, unlike a rescale."""
+        if operator not in self._opi:
+            raise ActuationFailed("unknown operator", field="operator", value=operator)
+        v = self._opi[operator]
+        if isinstance(instance, bool) or not isinstance(instance, int) or not 0 <= instance < self._p[v]:
+            raise ActuationFailed(f"no such instance (parallelism {self._p[v]})",
+                                  field=f"{operator}.instance", value=instance)
+        ended = [f for f in self._active_slow if f.operator == operator and f.instance == instance]
+        self._active_slow = [f for f in self._active_slow if f not in ended]
+        self._set_slow()
+        self._log("restart_instance", operator, {"instance": instance, "reason": reason,
+                                                 "slow_faults_ended": len(ended)})
+        return Actuation(applied=True, config=self.current(), restart_s=0.0,
+                         detail=f"restarted {operator}[{instance}]" + (f": {reason}" if reason else ""))
+
     # ------------------------------------------------------------------ results
     def frame(self) -> pd.DataFrame:
         """Every complete window's rows in the normalized raw schema (``history.schema``)."""
@@ -665,7 +684,7 @@ class Testbed:
             elif isinstance(f, SlowInstance):
                 if what == "on":
                     self._active_slow.append(f)
-                else:
+                elif f in self._active_slow:  # not already ended by restart_instance
                     self._active_slow.remove(f)
                 self._set_slow()
                 self._log(f"fault_{'start' if what == 'on' else 'end'}", f.operator,

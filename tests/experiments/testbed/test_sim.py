@@ -11,7 +11,8 @@ from experiments.testbed import (ConstantRate, HotKey, PiecewiseRate, Rescale, S
 from history.schema import RAW_COLUMNS, TIME_TOLERANCE
 from modeler.keys import instance_shares, key_group_weights
 from modeler.modelfile import load_model, parse_model
-from scheduler.interfaces import Actuator, MetricsSource, MetricsUnavailable
+from scheduler.loop import InstanceRestarter
+from scheduler.interfaces import ActuationFailed, Actuator, MetricsSource, MetricsUnavailable
 from tests.conftest import EXAMPLES
 from tests.experiments.testbed.conftest import chain, per_window
 
@@ -209,6 +210,27 @@ def test_slow_instance_fault_multiplies_its_service_time():
     kinds = [(e["event"], e["detail"].get("type")) for e in tb.events]
     assert ("fault_start", "slow_instance") in kinds and ("fault_end", "slow_instance") in kinds
 
+
+
+def test_restart_instance_ends_its_slow_fault_and_survives_the_fault_end():
+    model = chain(a_ms=1.0, b_ms=0.2, p_a=2)
+    faults = (SlowInstance("A", 1, 3.0, 10, 40),)
+    tb = Testbed(model, 500.0, TestbedConfig(seed=9), faults=faults)
+    assert isinstance(tb, InstanceRestarter)
+    tb.advance(30)
+    act = tb.restart_instance("A", 1, reason="slow")
+    assert act.applied and act.config == tb.current()
+    tb.advance(30)  # passes the fault's scheduled end at 40 s
+    f = tb.frame()
+    per_tuple = (per_window(f, "busy_ms", "A", 1) / per_window(f, "records_in", "A", 1)).to_numpy()
+    assert per_tuple[1:3].mean() == pytest.approx(3.0, rel=0.1)
+    assert per_tuple[3:].mean() == pytest.approx(1.0, rel=0.1)
+    restart = next(e for e in tb.events if e["event"] == "restart_instance")
+    assert restart["operator"] == "A" and restart["detail"]["slow_faults_ended"] == 1
+    with pytest.raises(ActuationFailed, match="instance"):
+        tb.restart_instance("A", 2)
+    with pytest.raises(ActuationFailed, match="operator"):
+        tb.restart_instance("nope", 0)
 
 def test_hot_key_fault_sends_its_share_to_one_instance():
     model = load_model(EXAMPLES / "wordcount.yaml").with_config({"count": 4})
