@@ -3,7 +3,9 @@ rate equals a brute-force minimum, chunking and Spark give the local table, the 
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import numpy as np
 import pandas as pd
@@ -422,3 +424,39 @@ def test_cli_spark_master_writes_the_local_table(spark, capsys, tmp_path):
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "spark.parquet"),
                                   pd.read_parquet(tmp_path / "local.parquet"), rtol=1e-12)
     assert spark.sparkContext._jsc is not None  # the shared session was not stopped
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_cli_progress_bar_goes_to_stderr_only(capsys, tmp_path, monkeypatch):
+    import augury.commands.whatif as cmd
+
+    monkeypatch.setattr(cmd, "PROGRESS_MIN_ROWS", 1)
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    code = main(["whatif", DIAMOND, "--rates", "500:2500:5", "--sweep", "parse=1..4", "--chunk-rows", "3",
+                 "--out", str(tmp_path / "t.csv"), "--json"])
+    out = capsys.readouterr().out
+    assert code == 0 and json.loads(out)["rows"] == 20  # stdout is exactly the JSON object
+    assert "whatif" in term.getvalue() and "rows" in term.getvalue()  # the bar was drawn on stderr
+    term.truncate(0)
+    main(["whatif", DIAMOND, "--rates", "500:2500:5", "--sweep", "parse=1..4", "--out", str(tmp_path / "t.csv"),
+          "--json", "--no-progress"])
+    assert term.getvalue().strip("\x00") == ""
+
+
+def test_cli_spark_unavailable_exits_3(capsys, tmp_path, monkeypatch):
+    import history.spark
+    from history.errors import SparkUnavailable
+
+    def unavailable(master="local[2]", app_name="augury", **_):
+        raise SparkUnavailable("cannot start Spark (no Java)", field="--spark-master", value=master)
+
+    monkeypatch.setattr(history.spark, "spark_session", unavailable)
+    code, out, err = _run(capsys, ["whatif", DIAMOND, "--rates", "100", "--out", str(tmp_path / "t.csv"),
+                                   "--spark-master", "spark://nowhere:7077"])
+    assert code == 3 and not out and "field '--spark-master'" in err and err.count("\n") == 1
+    assert not (tmp_path / "t.csv").exists()
