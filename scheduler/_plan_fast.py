@@ -62,6 +62,10 @@ class FastMean:
             if scaling.form != "linear":
                 self.factor[v] = scaling.factor_at(np.arange(top + 1, dtype=float))
         self.even = [all(e.grouping == "shuffle" for e in c.in_edges[v]) for v in range(V)]
+        self.in_terms = [[(e.u, e.selectivity, e.batch_var / e.selectivity,
+                           e.selectivity + e.batch_var / e.selectivity if e.selectivity > 1 else 1.0,
+                           e.selectivity * visit[e.u] * self.rate)
+                          for e in c.in_edges[v] if e.selectivity > 0] for v in range(V)]
         # Weights of the sojourns in the end-to-end mean and the constant network part.
         flow = {(e.u, v): e.selectivity * visit[e.u] for v in range(V) for e in c.in_edges[v]}
         w = np.zeros(V)
@@ -91,7 +95,8 @@ class FastMean:
         if self.even[v]:
             return (1.0 / pf)[:, None], pf[:, None]
         edges = self.c.in_edges[v]
-        width = max(int(e.table.shape[1]) for e in edges if e.grouping == "key")
+        # Columns past the largest parallelism in the rows are all zero (as in predict_batch).
+        width = int(p.max())
         k = np.arange(width)[None, :]
         mask = k < p[:, None]
         flows, parts = [], []
@@ -121,6 +126,8 @@ class FastMean:
              ) -> tuple[np.ndarray, np.ndarray]:
         """(sojourn seconds, departure-stream dispersion) of operator v for rows with parallelism
         ``p``; ``stream_out`` [n, V] holds the upstream operators' departure dispersions."""
+        if self.even[v] and self.c.in_edges[v]:
+            return self._step_even(v, p, stream_out, floor)
         c = self.c
         n = len(p)
         pf = p.astype(float)
@@ -180,6 +187,43 @@ class FastMean:
             soj = np.zeros(n)
             out = stream_in
         return soj, np.broadcast_to(out, (n,))
+
+    def _step_even(self, v: int, p: np.ndarray, stream_out: np.ndarray, floor: bool
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """``step`` for an operator fed by shuffle edges only: one instance class, 1-d arrays.
+        The same formulas as ``predict_batch`` (``_superpose``, ``_waiting``) written out."""
+        pf = p.astype(float)
+        num = 0.0
+        clump_num = 0.0
+        den = 0.0
+        for u, s, bv_s, clump_e, rate_e in self.in_terms[v]:
+            disp = stream_out[:, u] * s + bv_s
+            num = num + rate_e * disp
+            clump_num = clump_num + rate_e * np.maximum(1.0, clump_e / pf)
+            den += rate_e
+        if den <= 0:
+            stream_in = np.ones(len(p))
+            ca2 = np.ones(len(p))
+            clump = 1.0
+        else:
+            stream_in = num / den
+            ca2 = stream_in / pf
+            clump = clump_num / den
+        if not self.has_capacity[v]:
+            return np.zeros(len(p)), stream_in
+        es = self.service(v, p)
+        cs2 = self.c.scv[v]
+        rho = self.processed[v] / pf * es
+        r = np.clip(rho, 1e-12, 1.0 - 1e-12)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            denom = np.maximum(ca2 + cs2, 1e-12)
+            g = np.exp(np.where(ca2 < 1.0, -2.0 * (1.0 - r) * (1.0 - ca2) ** 2 / (3.0 * r * denom),
+                                -(1.0 - r) * (ca2 - 1.0) / (ca2 + 4.0 * cs2 + 1e-12)))
+            queue1 = np.where(rho > 0, g * r / (1.0 - r) * (ca2 + cs2) / 2.0 * es, 0.0)
+        soj = queue1 + es * (clump - 1.0) / 2.0 + es
+        if floor:
+            return soj, stream_in
+        return soj, np.maximum(stream_in, rho**2 * cs2 + (1.0 - rho**2) * stream_in)
 
     def evaluate(self, P: np.ndarray, floor: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(mean latency seconds [n], sojourn seconds [n, V]) for full configurations ``P``."""

@@ -410,3 +410,104 @@ def test_tail_latency_is_not_monotone_so_plan_never_bounds_with_it():
     result = plan(model, rate, cfg)
     assert result.config["o4"] == 1 and result.feasible
     _assert_matches(result, exhaustive_product(model, rate, cfg), cfg)
+
+
+# ------------------------------------------- the fast SLO search (scheduler/_plan_fast.py)
+
+
+@st.composite
+def fast_cases(draw):
+    """Random DAGs the fast search handles: shuffle and key edges, contention, pinned operators,
+    several sources, no broadcast, forward edges or batching."""
+    n = draw(st.integers(2, 5))
+    ops = [{"name": "src", "role": "source", "parallelism": draw(st.integers(1, 2)),
+            "arrival_scv": draw(st.sampled_from([0.5, 1.0, 3.0]))}]
+    if draw(st.booleans()):
+        ops[0]["service_time_ms"] = 0.05
+    edges = []
+    for i in range(1, n + 1):
+        name = f"o{i}"
+        hi = draw(st.integers(2, 5))
+        op = {"name": name, "service_time_ms": draw(st.floats(0.1, 3.0)),
+              "service_scv": draw(st.sampled_from([0.25, 1.0, 2.0, 4.0])), "max_parallelism": hi,
+              "parallelism": 1}
+        if draw(st.integers(0, 9)) == 0:
+            op["min_parallelism"] = op["parallelism"] = hi
+        if draw(st.integers(0, 5)) == 0:
+            op["scaling"] = {"form": "contention", "overhead": draw(st.sampled_from([0.05, 0.2]))}
+        for u in draw(st.lists(st.integers(0, i - 1), min_size=1, max_size=2, unique=True)):
+            edge = {"from": "src" if u == 0 else f"o{u}", "to": name,
+                    "grouping": draw(st.sampled_from(["shuffle", "shuffle", "key"])),
+                    "selectivity": draw(st.sampled_from([0.5, 1.0, 2.0, 3.0]))}
+            if edge["grouping"] == "key":
+                edge["keys"] = {"distribution": "zipf", "exponent": draw(st.floats(0.0, 1.2)),
+                                "count": draw(st.sampled_from([8, 40]))}
+            edges.append(edge)
+        ops.append(op)
+    model = parse_model({"augury": 1, "job": "t", "operators": ops, "edges": edges,
+                         "network_delay_ms": draw(st.sampled_from([0.0, 0.05, 1.0]))})
+    compiled = compile_model(model)
+    top_cfg = {o.name: o.max_parallelism for o in model.operators if not o.is_source}
+    top_pred = predict(compiled, top_cfg, 1.0)
+    rate = draw(st.floats(0.1, 1.3)) * 0.7 * min(top_pred.max_rate, 1e7)
+    stat = draw(st.sampled_from(["mean", "mean", "p95", "p99"]))
+    lat = predict(compiled, top_cfg, rate).latency_ms[stat] if rate < top_pred.max_rate else None
+    slo = (lat or 5.0) * draw(st.floats(0.95, 1.6))
+    cfg = PlanConfig(utilization_target=draw(st.sampled_from([0.5, 0.7, 0.9])), latency_slo_ms=slo,
+                     latency_stat=stat, align=draw(st.integers(0, 4)) == 0)
+    return model, rate, cfg
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=fast_cases())
+def test_fast_search_equals_exhaustive_search(case, monkeypatch):
+    """The fast search decides every one of these (the general search must not run) and equals
+    exhaustive search."""
+    from scheduler import plan as plan_module
+
+    def general_search(*args, **kwargs):
+        raise AssertionError("the general search ran on a model the fast search supports")
+
+    model, rate, cfg = case
+    with monkeypatch.context() as m:
+        m.setattr(plan_module, "_search_level", general_search)
+        m.setattr(plan_module, "_greedy", general_search)
+        result = plan(model, rate, cfg)
+    _assert_matches(result, exhaustive_product(model, rate, cfg), cfg)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=fast_cases(), data=st.data())
+def test_fast_mean_equals_predict_batch_and_floor_is_a_separable_lower_bound(case, data):
+    """The per-operator evaluation reproduces predict_batch's mean and sojourns; the floor
+    evaluation (no departure smoothing) is below the exact one and depends on each operator's
+    own parallelism only: the knapsack bound is valid."""
+    from scheduler._plan_fast import FastMean
+
+    model, rate, _ = case
+    compiled = compile_model(model)
+    rows = []
+    for _ in range(6):
+        cfg = {}
+        for names, dom in _groups(model):
+            cfg[names[0]] = data.draw(st.sampled_from(dom))
+        rows.append(cfg)
+    P = compiled.config_array(rows)
+    rate = data.draw(st.floats(0.05, 0.95)) * predict_batch(compiled, P, 1.0).max_rate.min()
+    if not rate > 0:
+        return
+    batch = predict_batch(compiled, P, rate)
+    fm = FastMean(compiled, rate)
+    mean, soj = fm.evaluate(P)
+    np.testing.assert_allclose(mean * 1000, batch.latency_mean_ms, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(soj * 1000, batch.sojourn_ms, rtol=1e-9, atol=1e-12)
+    floor_mean, floor_soj = fm.evaluate(P, floor=True)
+    assert np.all(floor_soj <= soj * (1 + 1e-12) + 1e-15)
+    # Each operator's floor sojourn is the same in every row with its parallelism.
+    for v in range(P.shape[1]):
+        for p in np.unique(P[:, v]):
+            vals = floor_soj[P[:, v] == p, v]
+            np.testing.assert_allclose(vals, vals[0], rtol=1e-12, atol=1e-15)
+    # The weights: the mean is C + sum_v w_v sojourn_v.
+    np.testing.assert_allclose(fm.const_s + soj @ fm.w, mean, rtol=1e-12)
