@@ -254,7 +254,8 @@ def configs_space(compiled: CompiledModel, configs: Sequence[Mapping[str, int]],
         try:
             rows.append(compiled.config_array([config])[0])
         except ConfigError as err:
-            raise SchedulerError(f"configuration {i}: {err.message}", file=file or flag,
+            where = file if file is not None else flag
+            raise SchedulerError(f"configuration {i} of {where}: {err.message}", file=file,
                                  field=err.field, value=err.value) from None
     P = np.asarray(rows, dtype=np.int64)
     varying = tuple(n for j, n in enumerate(compiled.names) if len(np.unique(P[:, j])) > 1)
@@ -337,24 +338,24 @@ def predict_rows(compiled: CompiledModel, space: ConfigSpace, rates: np.ndarray,
 
 
 def _table(compiled: CompiledModel, config_id: np.ndarray, P: np.ndarray, rate: np.ndarray) -> pd.DataFrame:
+    """The prediction table of configurations ``P`` [n, V] at ``rate`` [n] (one pass of the model)."""
     names = compiled.names
+    n = len(rate)
+    P = np.asarray(P, dtype=np.int64).reshape(n, len(names))
     data: dict[str, np.ndarray] = {"config_id": np.asarray(config_id, dtype=np.int64)}
-    for j, n in enumerate(names):
-        data[p_column(n)] = P[:, j].astype(np.int64)
-    if len(rate) == 0:
-        batch = None
-    else:
-        batch = predict_batch(compiled, P, rate)
-    data["instances"] = P.sum(axis=1).astype(np.int64)
+    for j, name in enumerate(names):
+        data[p_column(name)] = P[:, j]
+    data["instances"] = P.sum(axis=1)
     data["rate"] = np.asarray(rate, dtype=float)
-    if batch is None:
-        for col in VALUE_COLUMNS[2:]:
-            data[col] = np.array([], dtype=object if col == "bottleneck" else bool if col == "saturated" else float)
+    if n == 0:
+        empty = {"bottleneck": object, "saturated": bool}
+        data.update({c: np.array([], dtype=empty.get(c, float)) for c in VALUE_COLUMNS[2:]})
         return pd.DataFrame(data)
+    batch = predict_batch(compiled, P, rate)
     data["throughput"] = batch.throughput
     data["max_rate"] = batch.max_rate
     labels = np.array([*names, None], dtype=object)
-    data["bottleneck"] = labels[batch.bottleneck]  # -1 -> None
+    data["bottleneck"] = labels[batch.bottleneck]  # -1 (no capacity anywhere) -> None
     data["max_utilization"] = batch.max_utilization.max(axis=1)
     data["saturated"] = batch.saturated.astype(bool)
     data["latency_mean_ms"] = batch.latency_mean_ms

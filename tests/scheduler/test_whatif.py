@@ -17,7 +17,7 @@ from modeler.queueing import compile_model, predict
 from scheduler.errors import SchedulerError
 from scheduler.whatif import (
     CheapestPerRate, Sweep, Targets, cheapest_per_rate, config_table, configs_space, iter_predictions,
-    iter_spark_predictions, parse_rates, parse_sweep, predict_sweep, read_configs, sweep_space, table_columns,
+    iter_spark_predictions, parse_rates, parse_sweep, predict_rows, predict_sweep, read_configs, sweep_space, table_columns,
 )
 from tests.conftest import EXAMPLES
 
@@ -178,6 +178,8 @@ def test_chunks_give_the_whole_table(pipeline):
     chunks = list(iter_predictions(pipeline, space, rates, chunk_rows=5))  # chunks cut configurations
     assert max(len(c) for c in chunks) <= 5 and len(chunks) == int(np.ceil(len(whole) / 5))
     pd.testing.assert_frame_equal(pd.concat(chunks, ignore_index=True), whole, rtol=1e-12)
+    empty = predict_rows(pipeline, space, rates, 0, 0)
+    assert len(empty) == 0 and list(empty.columns) == list(whole.columns)
 
 
 def test_config_table_is_the_max_rate_per_configuration(diamond):
