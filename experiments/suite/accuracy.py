@@ -204,6 +204,37 @@ def error_table(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _abs_errors(sub: pd.DataFrame, model: str) -> pd.Series:
+    measured = sub["measured"].astype(float)
+    return ((sub[f"pred_{model}"].astype(float) - measured).abs() / measured).where(measured > 0)
+
+
+def breakdown_tables(points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Median |relative error| per example (every quantity) and per load (latencies)."""
+    by_example, by_load = [], []
+    for q in QUANTITIES:
+        sub = points[points["quantity"] == q]
+        if q == "max_rate":
+            sub = sub.drop_duplicates(["example", "config"])
+        for example, g in sub.groupby("example", sort=True):
+            row = {"quantity": q, "example": example, "points": len(g)}
+            for m in MODELS:
+                err = _abs_errors(g, m).dropna()
+                row[f"median_{m}"] = float(err.median()) if len(err) else math.nan
+            by_example.append(row)
+    for q in ("latency_mean", "latency_p99"):
+        sub = points[points["quantity"] == q]
+        for load, g in sub.groupby("load", sort=True):
+            row = {"quantity": q, "load": load, "points": len(g)}
+            for m in MODELS:
+                err = _abs_errors(g, m).dropna()
+                row[f"median_{m}"] = float(err.median()) if len(err) else math.nan
+            signed = ((g["pred_augury"] - g["measured"]) / g["measured"]).dropna()
+            row["median_signed_augury"] = float(signed.median()) if len(signed) else math.nan
+            by_load.append(row)
+    return pd.DataFrame(by_example), pd.DataFrame(by_load)
+
+
 def plot(points: pd.DataFrame, path: Path) -> Path:
     import matplotlib
 
@@ -286,6 +317,7 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     calib = pd.DataFrame(calib_rows)
     params_errors = calib[calib["parameter"] != "quarantined_rows"]["relative_error"].abs()
     metrics["calibration.max_abs_param_error"] = float(params_errors.max()) if len(params_errors) else math.nan
+    by_example, by_load = breakdown_tables(points)
     figure = plot(points, ctx.workdir / "accuracy_predicted_vs_measured.png")
     return ExperimentResult(
         params={"examples": ",".join(plan.examples), "unseen_configs_per_example": plan.unseen_configs,
@@ -293,13 +325,14 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                 "record_s": plan.record_s, "measure_s": plan.measure_s, "warmup_s": plan.warmup_s,
                 "max_rate_s": plan.max_rate_s, "calibration_utilizations": "0.35,0.6,0.85"},
         metrics=metrics,
-        tables={"errors": errors, "points": points, "calibration": calib},
+        tables={"errors": errors, "errors_by_example": by_example, "errors_by_load": by_load,
+                "calibration": calib, "points": points},
         figures={"predicted_vs_measured": figure},
-        summary=_summary(errors, plan, len(points[points["quantity"] == "latency_mean"])),
+        summary=_summary(errors, by_load, plan, len(points[points["quantity"] == "latency_mean"])),
     )
 
 
-def _summary(errors: pd.DataFrame, plan: Plan, n_points: int) -> str:
+def _summary(errors: pd.DataFrame, by_load: pd.DataFrame, plan: Plan, n_points: int) -> str:
     def med(q, m):
         row = errors[(errors["quantity"] == q) & (errors["model"] == m)]
         return float(row["median_abs_rel_error"].iloc[0]) if len(row) else math.nan
@@ -315,6 +348,12 @@ def _summary(errors: pd.DataFrame, plan: Plan, n_points: int) -> str:
                      f"DRS {100 * med(q, 'drs'):.1f} %.")
     lines.append(f"- augury p99 latency: median error {100 * med('latency_p99', 'augury'):.1f} % "
                  "(the peers predict no tail).")
+    top = by_load[by_load["load"] == by_load["load"].max()].set_index("quantity")
+    if len(top):
+        lines.append(f"- at the highest load ({top['load'].iloc[0]:g} of the max rate) augury's median error is "
+                     f"{100 * top.loc['latency_mean', 'median_augury']:.1f} % (mean latency) and "
+                     f"{100 * top.loc['latency_p99', 'median_augury']:.1f} % (p99); signed median "
+                     f"{100 * top.loc['latency_mean', 'median_signed_augury']:+.1f} % (mean): see errors_by_load.")
     lines.append(f"- throughput at {plan.overload:g}x the max rate: augury {100 * med('throughput_overload', 'augury'):.1f} %, "
                  f"Caladrius (no capping) {100 * med('throughput_overload', 'caladrius'):.1f} %, "
                  f"DRS (capped at its stability limit) {100 * med('throughput_overload', 'drs'):.1f} %.")
