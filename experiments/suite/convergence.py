@@ -240,14 +240,14 @@ def _figure(table: pd.DataFrame, workdir) -> "Path":
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     labels = [p for p in POLICIES if p in set(table["policy"])]
     steps = [table[(table["policy"] == p) & table["reached"]]["steps"].to_numpy() for p in labels]
-    axes[0].boxplot([s if len(s) else [np.nan] for s in steps], labels=labels)
+    axes[0].boxplot([s if len(s) else [np.nan] for s in steps])
     axes[0].set_ylabel("reconfigurations to reach the cheapest")
     over = [table[table["policy"] == p]["over_provisioning"].to_numpy() * 100 for p in labels]
-    axes[1].boxplot(over, labels=labels)
+    axes[1].boxplot(over)
     axes[1].axhline(10, color="gray", ls="--", lw=1)
     axes[1].set_ylabel("final over-provisioning, %")
-    for ax in axes:
-        ax.tick_params(axis="x", labelrotation=20)
+    for ax in axes:  # labels set here: boxplot's label keyword changed name in matplotlib 3.9
+        ax.set_xticks(range(1, len(labels) + 1), labels, rotation=20)
     fig.suptitle("Convergence after load steps")
     fig.tight_layout()
     path = Path(workdir) / "convergence.png"
