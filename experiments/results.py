@@ -225,7 +225,7 @@ def render(records: Mapping[str, RunRecord | None], figures_rel: str = "results"
 
 def render_readme_block(records: Mapping[str, RunRecord | None], results_link: str = "docs/RESULTS.md") -> str:
     lines = [f"Headline numbers, generated from the latest experiment runs (details and plots in "
-             f"[{results_link}]({results_link})):", "",
+             f"[{results_link}]({results_link}); error metrics are fractions, 0.05 = 5 %):", "",
              "| experiment | run | metric | value |", "|---|---|---|---|"]
     for name, r in records.items():
         if r is None:
