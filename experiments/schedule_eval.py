@@ -34,7 +34,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +76,9 @@ class Setting:
     horizon_s: float = 86400.0
     refit_s: float = 86400.0
     utilization_target: float = 0.7
+    reactive_trigger: float = 0.9
+    """Re-plan at once when the last measured interval's rate exceeds this fraction of the
+    capacity (target x max rate) of the configuration last issued (inf: periodic only)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,12 @@ class Result:
     seconds: float
     forecast_method: str
     budget_overruns: int
+    replans: int = 0
+    reactive_replans: int = 0
+    replay: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+    """Per interval of the test period: actual, instances, max_utilization, violation."""
+    executed: tuple = field(default=(), repr=False, compare=False)
+    """The executed reconfigurations."""
 
     @property
     def violation_pct(self) -> float:
@@ -104,7 +113,8 @@ class Result:
         return (f"{self.trace:<5} q={s.quantile:<5g} budget={s.budget:<3d} replan={s.replan_s / 3600:g}h "
                 f"| violations {self.violation_pct:6.3f} % ({self.violations}/{self.intervals}) "
                 f"| reconfigs {self.reconfigurations} in {self.days:g} d, max {self.max_reconfigs_24h} in 24 h"
-                f" (late ups {self.late}, budget overruns {self.budget_overruns}) "
+                f" (late ups {self.late}; {self.replans} re-plans, {self.reactive_replans} reactive, "
+                f"{self.budget_overruns} not executed: budget) "
                 f"| {self.instance_hours:,.0f} instance-h vs static peak {self.static_instances} x "
                 f"{self.days * 24:g} h = {self.static_instance_hours:,.0f} "
                 f"({100 * self.instance_hours / self.static_instance_hours:.0f} %) "
@@ -124,11 +134,30 @@ def load_trace(spec: Trace) -> tuple[pd.Series, pd.Series, float]:
     return actual, agg, scale
 
 
+def instance_hours(compiled, executed, start: pd.Timestamp, end: pd.Timestamp) -> float:
+    """Instance-hours (non-source operators) of the executed timeline over [start, end), each
+    configuration counted from its ``effective_at``."""
+    variable = [n for n in compiled.names if not compiled.model.operator(n).is_source]
+    recs = sorted(executed, key=lambda r: r.effective_at)
+    total, t, current = 0.0, start, None
+    for r in recs:
+        if r.effective_at > t and current is not None:
+            until = min(r.effective_at, end)
+            total += sum(current[n] for n in variable) * max((until - t).total_seconds(), 0.0)
+        if r.effective_at > t:
+            t = min(max(r.effective_at, start), end)
+        current = dict(r.config)
+    if current is not None and end > t:
+        total += sum(current[n] for n in variable) * (end - t).total_seconds()
+    return total / 3600.0
+
+
 def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = None,
               test_days: float | None = None) -> Result:
     from modeler.forecast import Forecaster
     from modeler.modelfile import load_model
     from modeler.queueing import compile_model
+    from modeler.queueing import predict
     from scheduler.plan import PlanConfig, plan
     from scheduler.schedule import ScheduleConfig, max_per_day, replay_timeline, schedule
 
@@ -145,44 +174,80 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
                          plan=PlanConfig(utilization_target=setting.utilization_target))
     forecaster = Forecaster(horizon_s=setting.horizon_s)
 
-    executed = []
-    current = None
+    executed: list = []
     fitted, fitted_at = None, None
-    methods = set()
+    methods: set = set()
     overruns = 0
+    replans = reactive = 0
     first_sched = None
     plans: dict = {}
-    T = start
-    while T < end:
-        hist = agg[agg.index < T]
+    caps: dict = {}
+
+    def capacity(c) -> float:
+        key = tuple(sorted(c.items()))
+        if key not in caps:
+            caps[key] = predict(compiled, c, 1.0).max_rate * setting.utilization_target
+        return caps[key]
+
+    def replan(T):
+        nonlocal fitted, fitted_at, first_sched
+        hist = agg[agg.index + step <= T]  # complete steps only
         if fitted is None or (T - fitted_at).total_seconds() >= setting.refit_s:
             fitted, fitted_at = forecaster.fit(hist), T
         else:
             fitted = fitted.update(hist)
         methods.add(fitted.method)
-        fc = fitted.forecast(steps_h, quantiles=(setting.quantile,))
+        fc = fitted.forecast(steps_h + 1, quantiles=(setting.quantile,))
         path = fc.quantiles[setting.quantile]
+        path = path[path.index + step > T]
         measured = actual[(actual.index >= T - pd.Timedelta(seconds=setting.stabilization_s))
                           & (actual.index < T)].dropna()
         load = float(measured.max()) if len(measured) else float(hist.dropna().iloc[-1])
         recent = [r.issue_at for r in executed if r.issue_at > T - pd.Timedelta(days=1)]
+        current = dict(executed[-1].config) if executed else None
         s = schedule(compiled, path, load, cfg, now=T, current_config=current, recent_issues=recent,
                      plan_cache=plans)
         if first_sched is None:
             first_sched = (s, hist, fc)
-        if any("exceed the budget" in r for r in s.reasons):
-            overruns += 1
-        nxt = T + pd.Timedelta(seconds=setting.replan_s)
-        for r in s.changes():
-            if r.issue_at < nxt:
-                executed.append(r)
-                current = dict(r.config)
-        T = nxt
+        return s
+
+    # Walk the test period at the trace's own resolution: execute the active schedule's changes
+    # when they are due; re-plan every replan_s, and at once (reactively) when the last measured
+    # interval ran above trigger x target under the configuration last issued.
+    native = actual.index[1] - actual.index[0]
+    times = actual[(actual.index >= start) & (actual.index < end)].index
+    active, pos = None, 0
+    next_periodic = start
+    quiet_until = start
+    for t in times:
+        if active is not None:
+            changes = active.changes()
+            while pos < len(changes) and changes[pos].issue_at <= t:
+                executed.append(changes[pos])
+                pos += 1
+        last = actual.get(t - native, np.nan)
+        hot = (executed and t >= quiet_until and np.isfinite(last)
+               and last > setting.reactive_trigger * capacity(dict(executed[-1].config)))
+        if t >= next_periodic or hot:
+            s = replan(t)
+            replans += 1
+            reactive += bool(hot and t < next_periodic)
+            if any("exceed the budget" in r for r in s.reasons):
+                overruns += 1  # the change at now would break the daily budget: not executed
+                quiet_until = t + pd.Timedelta(minutes=15)
+            else:
+                active, pos = s, 0
+                changes = active.changes()
+                while pos < len(changes) and changes[pos].issue_at <= t:
+                    executed.append(changes[pos])
+                    pos += 1
+            if t >= next_periodic:
+                next_periodic = t + pd.Timedelta(seconds=setting.replan_s)
 
     test = actual[(actual.index >= start) & (actual.index < end)]
-    rep = replay_timeline(compiled, executed, test, setting.utilization_target)
     native_s = float((actual.index[1] - actual.index[0]).total_seconds())
-    inst_h = float(rep["instances"].sum() * native_s / 3600.0)
+    rep = replay_timeline(compiled, executed, test, setting.utilization_target, interval_s=native_s)
+    inst_h = instance_hours(compiled, executed, start, end)
     peak_plan = plan(compiled, float(test.max()), PlanConfig(utilization_target=setting.utilization_target))
     hours = days * 24.0
     if plot is not None:
@@ -193,7 +258,8 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
                   instance_hours=inst_h, static_instances=peak_plan.instances,
                   static_instance_hours=peak_plan.instances * hours, days=days,
                   seconds=time.perf_counter() - t0, forecast_method="/".join(sorted(methods)),
-                  budget_overruns=overruns)
+                  budget_overruns=overruns, replans=replans, reactive_replans=reactive,
+                  replay=rep, executed=tuple(executed))
 
 
 def _plot(path: Path, spec, setting, test, rep, executed, agg, start, end, first_sched) -> None:

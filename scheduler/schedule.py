@@ -412,12 +412,18 @@ def replay(model: JobModel | CompiledModel, sched: Schedule, actual: pd.Series,
 
 def replay_timeline(model: JobModel | CompiledModel, reconfigurations, actual: pd.Series,
                     utilization_target: float | None = None,
-                    before: Mapping[str, int] | None = None) -> pd.DataFrame:
+                    before: Mapping[str, int] | None = None,
+                    interval_s: float = 0.0) -> pd.DataFrame:
     """Any list of reconfigurations (e.g. stitched from rolling re-plans) against the actual
     load: per timestamp of ``actual`` (``NaN`` rates are dropped) the configuration in force
     (latest ``effective_at <= ts``; ``before``, else the first, until then), ``instances`` (over
     the non-source operators), ``max_utilization``, ``saturated`` and ``violation`` (above the
-    utilization target, default 0.7, or saturated)."""
+    utilization target, default 0.7, or saturated).
+
+    ``interval_s`` > 0: each timestamp stands for the interval ``[ts, ts + interval_s)`` at that
+    rate, and every configuration in force at some moment of it is checked; the row reports the
+    worst (highest utilization) of them, so a change that lands mid-interval is charged with
+    whichever side is worse."""
     compiled = model if isinstance(model, CompiledModel) else compile_model(model)
     target = utilization_target if utilization_target is not None else 0.7
     actual = actual.dropna()
@@ -425,14 +431,28 @@ def replay_timeline(model: JobModel | CompiledModel, reconfigurations, actual: p
     configs = [dict(before) if before is not None else dict(reconfigurations[0].config)]
     configs += [dict(r.config) for _, r in recs]
     eff = np.array([r.effective_at.value for _, r in recs], dtype=np.int64)
-    which = np.searchsorted(eff, actual.index.asi8, side="right")  # 0 = before the first
-    uniq, inverse = np.unique(which, return_inverse=True)
-    P_u = compiled.config_array([configs[k] for k in uniq])
-    P = P_u[inverse]
-    batch = predict_batch(compiled, P, actual.to_numpy(dtype=float))
-    util = batch.max_utilization.max(axis=1)
+    ts = actual.index.asi8
+    k0 = np.searchsorted(eff, ts, side="right")  # index into configs: in force at ts
+    k1 = np.searchsorted(eff, ts + int(round(interval_s * 1e9)), side="left") if interval_s > 0 else k0
+    k1 = np.maximum(k1, k0)
+    rates = actual.to_numpy(dtype=float)
     variable = [i for i, n in enumerate(compiled.names) if not compiled.model.operator(n).is_source]
-    return pd.DataFrame({"actual": actual.to_numpy(dtype=float),
-                         "instances": P[:, variable].sum(axis=1).astype(int),
-                         "max_utilization": util, "saturated": batch.saturated,
-                         "violation": batch.saturated | (util > target * (1 + 1e-9))}, index=actual.index)
+    best_k = k0.copy()
+    best_u = np.full(len(ts), -np.inf)
+    best_sat = np.zeros(len(ts), bool)
+    for extra in range(int((k1 - k0).max(initial=0)) + 1):
+        k = np.minimum(k0 + extra, k1)
+        uniq, inverse = np.unique(k, return_inverse=True)
+        P = compiled.config_array([configs[i] for i in uniq])[inverse]
+        batch = predict_batch(compiled, P, rates)
+        u = np.where(batch.saturated, np.inf, batch.max_utilization.max(axis=1))
+        better = u > best_u
+        best_k = np.where(better, k, best_k)
+        best_u = np.where(better, u, best_u)
+        best_sat = np.where(better, batch.saturated, best_sat)
+    uniq, inverse = np.unique(best_k, return_inverse=True)
+    P = compiled.config_array([configs[i] for i in uniq])[inverse]
+    util = predict_batch(compiled, P, rates).max_utilization.max(axis=1)
+    return pd.DataFrame({"actual": rates, "instances": P[:, variable].sum(axis=1).astype(int),
+                         "max_utilization": util, "saturated": best_sat,
+                         "violation": best_sat | (util > target * (1 + 1e-9))}, index=actual.index)
