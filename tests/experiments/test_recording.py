@@ -1,7 +1,8 @@
 """Calibration recovers a known truth from testbed history (issue 5 acceptance).
 
 testbed -> augury ingest -> Spark summarize -> calibrate, on example models with several loads
-and two parallelisms; then `predict` with the calibrated model on configurations *not* in the
+and two parallelisms (the summarized hottest-instance shares are checked against the
+truth too); then `predict` with the calibrated model on configurations *not* in the
 history is checked against the testbed's measured max sustainable rate.
 """
 
@@ -11,6 +12,7 @@ import pytest
 
 from experiments.recording import (calibrate_store, ingest_and_summarize, load_plan, measure_max_rate,
                                    record, truth_errors)
+from history.store import MetricStore
 from modeler.modelfile import load_model
 from modeler.queueing import predict
 from tests.conftest import EXAMPLES
@@ -33,6 +35,15 @@ def test_calibration_recovers_truth_and_predicts_unseen_configurations(example, 
     raw = record(truth, load_plan(truth, seen, utilizations=(0.35, 0.6, 0.85), seconds=30))
     report, _ = ingest_and_summarize(raw, tmp_path / "store", spark=spark)
     assert sum(report.quarantined.values()) == 0, report.quarantined
+    # The hottest instance's share of each operator's input (history's max_instance_share)
+    # matches the truth (the model's hot_share for the configuration in force): within 5 %.
+    ow = MetricStore(tmp_path / "store").operator_windows(truth.job)
+    configs = ow.pivot_table(index="window_start", columns="operator", values="parallelism")
+    for (op, ts), share in ow.set_index(["operator", "window_start"])["max_instance_share"].groupby(
+            lambda k: (k[0], tuple(configs.loc[k[1]].astype(int)))).mean().items():
+        config = dict(zip(configs.columns, ts))
+        want = predict(truth, config, 1.0).operators[op].hot_share
+        assert share == pytest.approx(want, rel=0.05), (op, config, share, want)
     fitted = calibrate_store(tmp_path / "store", truth.job).model_
     # Service times and selectivities within 5 % of the truth.
     for name, error in truth_errors(truth, fitted).items():
