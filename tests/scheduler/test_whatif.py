@@ -16,7 +16,7 @@ from modeler.modelfile import load_model, parse_model
 from modeler.queueing import compile_model, predict
 from scheduler.errors import SchedulerError
 from scheduler.whatif import (
-    CheapestPerRate, Sweep, Targets, cheapest_per_rate, config_table, configs_space, iter_predictions,
+    CheapestPerRate, Targets, cheapest_per_rate, config_table, configs_space, iter_predictions,
     iter_spark_predictions, parse_rates, parse_sweep, predict_rows, predict_sweep, read_configs, sweep_space, table_columns,
 )
 from tests.conftest import EXAMPLES
