@@ -98,7 +98,14 @@ class LoopConfig:
     confirm_windows: int = 2
     """Trusted path: the band must be left in this many consecutive windows before acting."""
     catch_up_s: float = 300.0
-    """Plan for the offered rate plus backlog / catch_up_s (s)."""
+    """Drain the external backlog within this many seconds (s)."""
+    catch_up_utilization: float = 0.9
+    """While the backlog drains the hottest instance may run this busy: the plan is for
+    ``max(offered, (offered + backlog / catch_up_s) x utilization_target / catch_up_utilization)``,
+    so a backlog the target's headroom drains in time costs no extra instances."""
+    scale_down_saving: float = 0.1
+    """Trusted path: also scale down (inside the band) when the plan for the offered rate needs at
+    least this fraction fewer instances than the configuration in force (and at least one)."""
     evaluate_after_s: float = 60.0
     """An action is evaluated once the job has run settled this long after it (s)."""
     history_windows: int = 120
@@ -530,20 +537,37 @@ class ControlLoop:
         lo, hi = c.utilization_band
         slo_miss = c.latency_slo_ms is not None and (lat is None or lat > c.latency_slo_ms)
         high = pred.saturated or hottest > hi or slo_miss
-        low = not high and hottest < lo and w.backlog <= max(rate, 1.0)
+        drained = w.backlog <= max(rate, 1.0)
+        low = not high and hottest < lo and drained
+        plan = None
+        if not (high or low) and drained and hottest < c.utilization_target:
+            # Inside the band but sized for more than the offered rate needs (e.g. after the load
+            # fell by less than the band's width): scale down when the saving is material.
+            plan = self.planner(self.model, rate)
+            variable = [k for k in current if k in self.model.config and not self.model.operator(k).is_source]
+            now_n = sum(current[k] for k in variable)
+            plan_n = sum(int(plan.config.get(k, current[k])) for k in variable)
+            low = plan.feasible and now_n - plan_n >= max(1.0, c.scale_down_saving * now_n)
         if not (high or low):
             self._out_of_band = 0
             return None
         self._out_of_band += 1
         if high and self._out_of_band < c.confirm_windows:
             return None
-        eff = rate + (w.backlog / c.catch_up_s if high else 0.0)
-        plan = self.planner(self.model, eff)
+        eff = rate
+        if high and w.backlog > 0:
+            drain = rate + w.backlog / c.catch_up_s
+            eff = max(rate, drain * c.utilization_target / c.catch_up_utilization)
+        if plan is None or eff != rate:
+            plan = self.planner(self.model, eff)
         target = {k: int(v) for k, v in plan.config.items() if k in current}
-        why = ("saturated" if pred.saturated else f"hottest instance at {hottest:.0%} (band {lo:.0%}-{hi:.0%})"
-               if not slo_miss else f"{c.latency_stat} latency {lat} ms > SLO {c.latency_slo_ms} ms")
+        why = ("saturated" if pred.saturated else
+               f"{c.latency_stat} latency {lat} ms > SLO {c.latency_slo_ms} ms" if slo_miss else
+               f"hottest instance at {hottest:.0%} (band {lo:.0%}-{hi:.0%})" if high or hottest < lo else
+               f"hottest instance at {hottest:.0%}, sized for more than the offered rate needs")
         reasons = [f"model: at {rate:,.0f}/s offered the configuration in force is {why}",
-                   f"planned for {eff:,.0f}/s (offered + backlog {w.backlog:,.0f} over {c.catch_up_s:g}s): "
+                   f"planned for {eff:,.0f}/s (offered; backlog {w.backlog:,.0f} drained within "
+                   f"{c.catch_up_s:g}s at <= {c.catch_up_utilization:.0%} busy): "
                    f"{_fmt_config(target)}" + ("" if plan.feasible else " (closest; infeasible)")]
         reasons += list(getattr(plan, "reasons", ()))[:3]
         p = plan.prediction

@@ -99,14 +99,16 @@ def load_run_config(path: str) -> dict:
     slo = raw.get("slo", {})
     intervals = raw.get("intervals", {})
     loop_kwargs = {}
-    for key, name in (("utilization_target", "utilization_target"), ("latency_ms", "latency_slo_ms"),
-                      ("latency_stat", "latency_stat"), ("utilization_band", "utilization_band")):
+    slo_keys = (("utilization_target", "utilization_target"), ("latency_ms", "latency_slo_ms"),
+                ("latency_stat", "latency_stat"), ("utilization_band", "utilization_band"),
+                ("scale_down_saving", "scale_down_saving"), ("catch_up_utilization", "catch_up_utilization"))
+    for key, name in slo_keys:
         if key in slo:
             loop_kwargs[name] = tuple(slo[key]) if isinstance(slo[key], list) else slo[key]
     for key in ("interval_s", "evaluate_after_s", "catch_up_s", "confirm_windows", "history_windows"):
         if key in intervals:
             loop_kwargs[key] = intervals[key]
-    extra = sorted(set(slo) - {"utilization_target", "latency_ms", "latency_stat", "utilization_band"})
+    extra = sorted(set(slo) - {key for key, _ in slo_keys})
     if extra:
         raise _fail(path, f"slo.{extra[0]}", None, "unknown key")
     extra = sorted(set(intervals) - {"interval_s", "evaluate_after_s", "catch_up_s", "confirm_windows",
