@@ -61,6 +61,7 @@ class FastMean:
             scaling = c.model.operator(name).scaling
             if scaling.form != "linear":
                 self.factor[v] = scaling.factor_at(np.arange(top + 1, dtype=float))
+        self.es_table = c.service_s[:, None] * self.factor
         self.even = [all(e.grouping == "shuffle" for e in c.in_edges[v]) for v in range(V)]
         self.in_terms = [[(e.u, e.selectivity, e.batch_var / e.selectivity,
                            e.selectivity + e.batch_var / e.selectivity if e.selectivity > 1 else 1.0,
@@ -87,7 +88,7 @@ class FastMean:
 
     # ------------------------------------------------------------------ pieces
     def service(self, v: int, p: np.ndarray) -> np.ndarray:
-        return self.c.service_s[v] * self.factor[v][p]
+        return self.es_table[v][p]
 
     def classes(self, v: int, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(share, count) per instance class, as ``predict_batch`` builds them."""
@@ -258,33 +259,45 @@ class Knapsack:
     def __init__(self, fm: FastMean, ops: list[int], domains: list[np.ndarray], base: np.ndarray,
                  k_cap: int) -> None:
         self.fm, self.ops, self.base = fm, ops, base
-        self.G = G = len(ops)
+        self.G = len(ops)
         self.domains = domains
         self.costs = [d - d[0] for d in domains]
         self.pos = {v: t for t, v in enumerate(ops)}
         self.steps = 0  # operator-steps over rows (work counter)
-        # Floor tables: row i has every variable operator at its i-th allowed value (clipped).
-        n = max(len(d) for d in domains) if G else 1
-        P = np.repeat(base[None, :], n, axis=0)
-        for t, (v, d) in enumerate(zip(ops, domains)):
-            P[:, v] = d[np.minimum(np.arange(n), len(d) - 1)]
+        self.total = int(sum(int(c[-1]) for c in self.costs))
+        """Most extra instances any configuration has."""
+        self.full = max(len(d) for d in domains)
+        self.rows = 0
+        self.global_min = None
+        """Least floor mean latency (s) over every configuration (once the tables are full)."""
+        self.build(min(k_cap, self.total))
+
+    def tables(self, rows: int) -> None:
+        """Floor tables for the first ``rows`` allowed values of every variable operator: row i
+        has every variable operator at its i-th value (clipped), one floor pass for all."""
+        fm, ops, domains, base = self.fm, self.ops, self.domains, self.base
+        rows = min(rows, self.full)
+        P = np.repeat(base[None, :], rows, axis=0)
+        for v, d in zip(ops, domains):
+            P[:, v] = d[np.minimum(np.arange(rows), len(d) - 1)]
         _, soj = fm.evaluate(P, floor=True)
-        self.steps += n * fm.V
+        self.steps += rows * fm.V
         w = fm.w
-        self.F = [w[v] * soj[: len(d), v] for v, d in zip(ops, domains)]
-        # Constant floor contribution of the fixed operators after each column.
+        self.F = [w[v] * soj[: min(len(d), rows), v] for v, d in zip(ops, domains)]
+        # Floor contribution of the fixed operators after each column (constant).
         fixed_floor = np.where(np.isin(np.arange(fm.V), ops), 0.0, w * soj[0])
         self.fixed_after = np.concatenate([np.cumsum(fixed_floor[::-1])[::-1][1:], [0.0]])
         self.floor_const = fm.const_s + float(fixed_floor.sum())
-        self.global_min = self.floor_const + float(sum(f.min() for f in self.F))
-        """Least floor mean latency (s) over every configuration: a lower bound on all of them."""
-        self.total = int(sum(int(c[-1]) for c in self.costs))
-        self.build(min(k_cap, self.total))
+        self.rows = rows
+        if rows >= self.full:
+            self.global_min = self.floor_const + float(sum(f.min() for f in self.F))
 
     def build(self, k_cap: int) -> None:
         """Suffix knapsack: ``S[t][r]`` = least sum of F over operators t.. with exactly r extra
         instances (inf when impossible), for r <= k_cap; ``arg`` reconstructs the choice."""
         K = self.k_cap = int(k_cap)
+        if self.rows < min(K + 1, self.full):  # value index i costs at least i instances
+            self.tables(max(K + 1, 2 * self.rows))
         G = self.G
         self.S = [None] * (G + 1)
         self.arg = [None] * G
@@ -324,22 +337,28 @@ class Knapsack:
             P[:, v] = d[idx[:, t]]
         return P
 
-    def level(self, k: int, threshold_s: float, budget: int) -> tuple[np.ndarray, np.ndarray]:
-        """Every configuration with exactly k extra instances whose exact mean latency (s) is at
-        most ``threshold_s`` (with slack), as (domain indices [n, G], mean seconds [n]).
+    def levels(self, targets: list[tuple[int, float]], budget: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For every (k, threshold_s) in ``targets``: every configuration with exactly k extra
+        instances whose exact mean latency (s) is at most threshold_s (with slack), as (domain
+        indices [n, G], mean seconds [n], k [n]). The levels share one pass.
 
         Branch and bound in topological order: a partial assignment's operators have exact
         sojourns (all their ancestors are assigned), the rest contribute their floor tables
-        through the knapsack ``S``; a node is dropped when that bound exceeds the threshold.
+        through the knapsack ``S``; a node is dropped when that bound exceeds its threshold.
         Raises ``BudgetExhausted`` past ``budget`` operator-steps."""
         fm = self.fm
         V = fm.V
-        thr = threshold_s * (1 + _LAT_SLACK)
-        idx = np.zeros((1, self.G), dtype=np.int64)
-        rem = np.array([k], dtype=np.int64)
-        acc = np.full(1, fm.const_s)
-        so = np.ones((1, V))
+        assert all(k <= self.k_cap for k, _ in targets)
+        n0 = len(targets)
+        lev = np.array([k for k, _ in targets], dtype=np.int64)
+        thr = np.array([t for _, t in targets], dtype=float) * (1 + _LAT_SLACK)
+        idx = np.zeros((n0, self.G), dtype=np.int64)
+        rem = lev.copy()
+        acc = np.full(n0, fm.const_s)
+        so = np.ones((n0, V))
         w = fm.w
+        empty = (np.zeros((0, self.G), dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
         for v in range(V):
             t = self.pos.get(v)
             if t is None:
@@ -353,28 +372,24 @@ class Knapsack:
                 newrem = rem[:, None] - cost[None, :n_i]
                 ok = newrem >= 0
                 sep = acc[:, None] + F[None, :n_i] + S_next[np.clip(newrem, 0, self.k_cap)] + self.fixed_after[v]
-                ok &= sep <= thr
+                ok &= sep <= thr[:, None]
                 r, c = np.nonzero(ok)
                 if len(r) == 0:
-                    break
-                rem = newrem[r, c]
+                    return empty
+                rem, lev, thr = newrem[r, c], lev[r], thr[r]
                 idx = idx[r]
                 idx[:, t] = ci[c]
                 so = so[r]
-                p = self.domains[t][ci[c]]
-                soj, out = fm.step(v, p, so, floor=False)
+                soj, out = fm.step(v, self.domains[t][ci[c]], so, floor=False)
                 acc = acc[r] + w[v] * soj
                 so[:, v] = out
-                bound = acc + S_next[np.clip(rem, 0, self.k_cap)] + self.fixed_after[v]
-                keep = bound <= thr
+                keep = acc + S_next[np.clip(rem, 0, self.k_cap)] + self.fixed_after[v] <= thr
                 if not keep.all():
-                    idx, rem, acc, so = idx[keep], rem[keep], acc[keep], so[keep]
+                    idx, rem, acc, so, lev, thr = idx[keep], rem[keep], acc[keep], so[keep], lev[keep], thr[keep]
             self.steps += len(rem)
             if self.steps > budget:
                 raise BudgetExhausted
             if len(rem) == 0:
-                break
-        if len(rem) == 0:
-            return np.zeros((0, self.G), dtype=np.int64), np.zeros(0)
+                return empty
         ok = (rem == 0) & (acc <= thr)
-        return idx[ok], acc[ok]
+        return idx[ok], acc[ok], lev[ok]

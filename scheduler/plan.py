@@ -646,13 +646,18 @@ def plan(model: JobModel | CompiledModel, rate: float, config: PlanConfig = Plan
 
 
 def _finish(prob: _Problem, values: np.ndarray | None, feasible: bool, reasons: list[str],
-            optimal: bool, fallback: np.ndarray | None = None) -> Plan:
-    vals = values if values is not None else fallback
-    if vals is None:
-        vals = np.array([g.domain[-1] for g in prob.var], dtype=np.int64)
-    P = prob.config_matrix(np.asarray(vals, dtype=np.int64))
-    batch = predict_batch(prob.c, P, prob.rate)
-    pred = prediction_from_batch(prob.c, batch, 0)
+            optimal: bool, fallback: np.ndarray | None = None,
+            batch: tuple[BatchPrediction, int] | None = None) -> Plan:
+    """The Plan for ``values``; ``batch`` = (a batch holding that configuration at ``prob.rate``,
+    its row) saves evaluating it again."""
+    if batch is not None:
+        pred = prediction_from_batch(prob.c, batch[0], batch[1])
+    else:
+        vals = values if values is not None else fallback
+        if vals is None:
+            vals = np.array([g.domain[-1] for g in prob.var], dtype=np.int64)
+        P = prob.config_matrix(np.asarray(vals, dtype=np.int64))
+        pred = prediction_from_batch(prob.c, predict_batch(prob.c, P, prob.rate), 0)
     variable = tuple(n for g in prob.var for n in g.names)
     inst = int(sum(pred.config[n] for n in variable))
     return Plan(feasible=feasible, config=dict(pred.config), instances=inst,
@@ -669,10 +674,21 @@ def _solve(prob: _Problem) -> Plan:
     U, stat, slo = prob.U, prob.stat, prob.slo
     if prob.bound_conflicts:
         return _finish(prob, None, False, prob.bound_conflicts, True)
-    b, reasons = prob.minimal_counts()
+    fm = None
+    if not prob.coupled and prob.rate > 0 and _plan_fast.supported(prob.c):
+        fm = _plan_fast.FastMean(prob.c, prob.rate)
+    if fm is not None:
+        b, reasons = _fast_counts(prob, fm)
+    else:
+        b, reasons = prob.minimal_counts()
     low = b if b is not None else np.array([g.domain[0] for g in prob.var], dtype=np.int64)
-    low_batch = prob.evaluate(prob.config_matrix(low))
-    reasons = prob.fixed_reasons(low_batch) + reasons
+    low_batch = None
+    if fm is not None and b is not None and slo is not None and stat == "mean" and _fixed_ok(prob, fm):
+        base_lat = np.inf  # the fast search's level 0 decides whether b meets the SLO
+    else:
+        low_batch = prob.evaluate(prob.config_matrix(low))
+        reasons = prob.fixed_reasons(low_batch) + reasons
+        base_lat = float(prob.latency(low_batch)[0]) if prob.util_ok(low_batch)[0] else np.inf
     if reasons:
         fallback = np.array([min(c, key=lambda p: (c[p], p)) if c else g.domain[-1]
                              for c, g in zip(prob.util_cache, prob.var)], dtype=np.int64)
@@ -682,17 +698,17 @@ def _solve(prob: _Problem) -> Plan:
         g.domain = g.domain[g.domain >= b[j]]
     costs = [g.size * (g.domain - bj) for g, bj in zip(prob.var, b)]
     max_extra = np.array([int(c[-1]) for c in costs], dtype=np.int64)
-    base_lat = float(prob.latency(low_batch)[0]) if prob.util_ok(low_batch)[0] else np.inf
     notes = _binding_notes(prob, b)
 
     if slo is None and not prob.coupled:
-        return _finish(prob, b, True, notes, True)
+        return _finish(prob, b, True, notes, True, batch=(low_batch, 0))
     if slo is not None and base_lat <= slo and not prob.coupled:
         return _finish(prob, b, True, notes + [
-            f"latency {stat} {base_lat:.4g} ms <= SLO {slo:g} ms at the utilization-minimal counts"], True)
+            f"latency {stat} {base_lat:.4g} ms <= SLO {slo:g} ms at the utilization-minimal counts"], True,
+            batch=None if low_batch is None else (low_batch, 0))
 
-    if slo is not None and not prob.coupled and _plan_fast.supported(prob.c) and prob.rate > 0:
-        fast = _solve_fast(prob, b, notes)
+    if slo is not None and fm is not None:
+        fast = _solve_fast(prob, fm, b, notes)
         if fast is not None:
             return fast
 
@@ -795,13 +811,46 @@ def _slo_reasons(prob: _Problem, values: np.ndarray, bound: float) -> list[str]:
     return out
 
 
-def _solve_fast(prob: _Problem, b: np.ndarray, notes: list[str]) -> Plan | None:
+def _fixed_ok(prob: _Problem, fm: "_plan_fast.FastMean") -> bool:
+    """Every fixed operator (source, pinned) meets the utilization target (closed form)."""
+    for g in prob.groups:
+        if g.variable:
+            continue
+        for v in g.members:
+            u = float(fm.max_utilization(v, np.array([int(prob.base[v])]))[0])
+            if u > prob.U * (1 + _UTIL_EPS) or u >= 1 - 1e-12:
+                return False
+    return True
+
+
+def _fast_counts(prob: _Problem, fm: "_plan_fast.FastMean") -> tuple[np.ndarray | None, list[str]]:
+    """``b`` (step 1) from the closed-form utilization ``rate * visit * hot_share(p) * E[S](p)``
+    over each group's whole domain (no broadcast edges: it depends on the group's own parallelism
+    only, and feasible configurations are not throttled), or the reasons no value exists."""
+    b = np.zeros(len(prob.var), dtype=np.int64)
+    reasons = []
+    for j, g in enumerate(prob.var):
+        v = g.members[0]
+        util = fm.max_utilization(v, g.domain)
+        ok = (util <= prob.U * (1 + _UTIL_EPS)) & (util < 1 - 1e-12)
+        if not ok.any():
+            prob.util_cache[j].update({int(p): (float(u) if u < 1 - 1e-12 else np.inf)
+                                       for p, u in zip(g.domain, util)})
+            reasons.append(prob._util_reason(j))
+            continue
+        i = int(np.argmax(ok))
+        b[j] = g.domain[i]
+        prob.util_cache[j][int(b[j])] = float(util[i])
+        prob.scanned_to[j] = i
+    return (None, reasons) if reasons else (b, [])
+
+
+def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes: list[str]) -> Plan | None:
     """The latency search for models without broadcast, forward edges or batching: best-first
     over the instance count, a multiple-choice knapsack on the separable floor bound for the
     root and the unassigned operators, exact per-operator sojourns for the assigned prefix
     (``scheduler._plan_fast``). None when it cannot decide (then the general search runs)."""
     stat, slo, U = prob.stat, prob.slo, prob.U
-    fm = _plan_fast.FastMean(prob.c, prob.rate)
     if any(len(g.domain) > 4096 for g in prob.var):
         return None
     ops = [g.members[0] for g in prob.var]
@@ -812,6 +861,13 @@ def _solve_fast(prob: _Problem, b: np.ndarray, notes: list[str]) -> Plan | None:
         if not ok[0]:
             return None  # disagrees with minimal_counts (saturation edge): let the general search decide
         domains.append(g.domain[ok])
+    if not domains:  # nothing to choose: b is the only configuration
+        batch = prob.evaluate(prob.config_matrix(b))
+        lat = float(prob.latency(batch)[0])
+        if prob.util_ok(batch)[0] and lat <= slo * (1 + _LAT_EPS):
+            return _finish(prob, b, True, notes, True, batch=(batch, 0))
+        return _finish(prob, b, False, [f"latency {stat} {lat:.4g} ms > SLO {slo:g} ms and no operator's "
+                                        "parallelism may change"], True, batch=(batch, 0))
     base = prob.config_matrix(b)[0]
     knap = _plan_fast.Knapsack(fm, ops, domains, base, k_cap=64)
     slo_s = slo / 1000.0
@@ -819,63 +875,79 @@ def _solve_fast(prob: _Problem, b: np.ndarray, notes: list[str]) -> Plan | None:
     V = len(prob.c.names)
     budget = prob.cfg.max_evaluations * V
 
-    def done(values, extra_reasons, feasible=True):
+    def done(values, extra_reasons, feasible=True, batch=None):
         prob.evaluations += knap.steps // V
-        return _finish(prob, values, feasible, extra_reasons, True)
+        return _finish(prob, values, feasible, extra_reasons, True, batch=batch)
 
-    if knap.global_min > slo_s * slack:
+    if knap.S[0].min() > slo_s * slack and knap.global_min is None:
+        knap.tables(knap.full)
+    if knap.global_min is not None and knap.global_min > slo_s * slack:
         # No configuration reaches the SLO: even the floor bound, minimized per operator, is above.
         idx = np.array([int(np.argmin(f)) for f in knap.F])
         vals = np.array([d[i] for d, i in zip(domains, idx)], dtype=np.int64)
         prob.evaluations += knap.steps // V
         return _finish(prob, None, False, _slo_reasons(prob, vals, knap.global_min * 1000.0), True, vals)
     k = 0
+    incumbent: dict[int, float] = {}  # exact mean (s) of the knapsack's argmin at level k
+
+    def incumbents(k0: int) -> None:
+        """Exact means of the floor-optimal configurations of levels k0..k0+31, one pass: a
+        level's threshold for the tie-break (an upper bound on its best mean)."""
+        ks = [kk for kk in range(k0, min(k0 + 32, knap.k_cap + 1)) if np.isfinite(knap.S[0][kk])]
+        if not ks:
+            return
+        means, _ = fm.evaluate(knap.config(np.array([knap.argmin(kk) for kk in ks])))
+        knap.steps += len(ks) * V
+        incumbent.update(zip(ks, means.tolist()))
+
     while k <= knap.total:
         if k > knap.k_cap:
             knap.build(min(2 * knap.k_cap, knap.total))
         if knap.lower_bound(k) > slo_s * slack:
             k += 1
             continue
-        inc = knap.argmin(k)
-        inc_mean = float(fm.evaluate(knap.config(inc))[0][0])
-        thr = slo_s
-        if inc_mean <= slo_s:
-            if stat == "mean":
-                thr = inc_mean
-            else:
-                batch = prob.evaluate(knap.config(inc))
-                inc_stat = float(prob.latency(batch)[0])
-                if prob.util_ok(batch)[0] and inc_stat <= slo:
-                    thr = min(thr, inc_stat / 1000.0)
+        # Levels k.. searched together up to the first one whose floor-optimal configuration
+        # meets the SLO (its exact mean is then that level's threshold), at most 4 at a time.
+        if stat == "mean" and k not in incumbent:
+            incumbents(k)
+        targets = []
+        kk = k
+        while kk <= knap.k_cap and len(targets) < 4:
+            if knap.lower_bound(kk) <= slo_s * slack:
+                inc = incumbent.get(kk, np.inf) if stat == "mean" else np.inf
+                targets.append((kk, min(slo_s, inc)))
+                if inc <= slo_s:
+                    break
+            kk += 1
         try:
-            idx, means = knap.level(k, thr, budget)
+            idx, means, levs = knap.levels(targets, budget)
         except _plan_fast.BudgetExhausted:
             prob.evaluations += knap.steps // V
             return None
-        if len(idx):
+        for k in sorted(set(levs.tolist())):
+            cand, means_k = idx[levs == k], means[levs == k]
             if stat == "mean":
-                top = np.argsort(means, kind="stable")[:16]
-                idx = idx[top]
-            best_i, best_lat = None, np.inf
-            for start in range(0, len(idx), 4096):
-                P = knap.config(idx[start:start + 4096])
-                batch = prob.evaluate(P)
+                cand = cand[np.argsort(means_k, kind="stable")[:16]]
+            best, best_lat = None, np.inf
+            for start in range(0, len(cand), 4096):
+                batch = prob.evaluate(knap.config(cand[start:start + 4096]))
                 lat = prob.latency(batch)
                 ok = prob.util_ok(batch) & ~np.isnan(lat) & (lat <= slo * (1 + _LAT_EPS))
                 if ok.any():
                     i = int(np.nonzero(ok)[0][np.argmin(lat[ok])])
                     if lat[i] < best_lat:
-                        best_i, best_lat = start + i, float(lat[i])
-            if best_i is not None:
-                vals = knap.config(idx[best_i])[0]
-                values = np.array([vals[v] for v in ops], dtype=np.int64)
+                        best, best_lat = (batch, i), float(lat[i])
+            if best is not None:
                 extra = []
-                if k > 0:
+                if k == 0:
+                    extra.append(f"latency {stat} {best_lat:.4g} ms <= SLO {slo:g} ms at the "
+                                 "utilization-minimal counts")
+                else:
                     extra.append(f"latency SLO {stat} <= {slo:g} ms needs {k} instance(s) beyond the "
                                  f"utilization-minimal counts ({stat} {best_lat:.4g} ms)")
-                return done(values, notes + extra)
+                return done(None, notes + extra, batch=best)
             if stat == "mean":
                 return None  # the per-operator sum and predict_batch disagree: general search
-        k += 1
+        k = targets[-1][0] + 1
     return done(None, [f"no configuration within the bounds meets the latency SLO {stat} <= {slo:g} ms "
                        "(exhaustive search)"], feasible=False)
