@@ -153,7 +153,9 @@ def instance_hours(compiled, executed, start: pd.Timestamp, end: pd.Timestamp) -
 
 
 def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = None,
-              test_days: float | None = None) -> Result:
+              test_days: float | None = None, log: list | None = None) -> Result:
+    """Roll through the test period (``test_days`` shortens it); ``log`` collects
+    ``(time, schedule, executed?)`` for every re-plan."""
     from modeler.forecast import Forecaster
     from modeler.modelfile import load_model
     from modeler.queueing import compile_model
@@ -232,6 +234,8 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
             s = replan(t)
             replans += 1
             reactive += bool(hot and t < next_periodic)
+            if log is not None:
+                log.append((t, s, not any("exceed the budget" in r for r in s.reasons)))
             if any("exceed the budget" in r for r in s.reasons):
                 overruns += 1  # the change at now would break the daily budget: not executed
                 quiet_until = t + pd.Timedelta(minutes=15)

@@ -285,7 +285,10 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
 
     # 3. At most K changes issued in any 24 h window: merge the cheapest change away.
     def cost(s: int, e: int, lv: float) -> float:
-        return plan_for(lv).instances * (e - s)
+        p = plan_for(lv)
+        if s == 0 and current_covers(lv):  # the first segment keeps the running configuration
+            return sum(current_config[n] for n in p.variable) * (e - s)
+        return p.instances * (e - s)
 
     K = config.max_reconfigurations_per_day
     while len(seg) > 1:
