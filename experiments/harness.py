@@ -203,7 +203,7 @@ def _log_outputs(result: ExperimentResult, work: Path) -> None:
     mlflow.log_artifact(str(out / "summary.md"))
     manifest = {"params": {k: _plain(v) for k, v in result.params.items()},
                 "metrics": {k: _plain(v) for k, v in result.metrics.items()},
-                "tables": sorted(result.tables), "figures": {k: Path(p).name for k, p in result.figures.items()}}
+                "tables": list(result.tables), "figures": {k: Path(p).name for k, p in result.figures.items()}}
     (out / "result.json").write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
     mlflow.log_artifact(str(out / "result.json"))
 

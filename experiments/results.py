@@ -112,7 +112,10 @@ def collect(package: str | None = None, download_dir: Path | None = None) -> dic
         local = Path(client.download_artifacts(run.info.run_id, "", str(dst)))
         result = json.loads((local / "result.json").read_text()) if (local / "result.json").is_file() else {}
         tables = {}
-        for path in sorted((local / "tables").glob("*.csv")) if (local / "tables").is_dir() else []:
+        # in the order the experiment returned them (result.json), then any others by name
+        order = {key: i for i, key in enumerate(result.get("tables", []))}
+        paths = sorted((local / "tables").glob("*.csv")) if (local / "tables").is_dir() else []
+        for path in sorted(paths, key=lambda p: (order.get(p.stem, len(order)), p.stem)):
             try:
                 tables[path.stem] = pd.read_csv(path)
             except pd.errors.EmptyDataError:

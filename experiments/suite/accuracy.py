@@ -124,7 +124,7 @@ def unseen_configs(model, n: int, rng: np.random.Generator) -> list[dict[str, in
 # ----------------------------------------------------------------------------- steps
 
 
-def calibrate_example(truth, plan: Plan, work: Path, spark, seed: int):
+def calibrate_example(truth, plan: Plan, work: Path, spark, seed: int, label: str | None = None):
     """Record, ingest, summarize, calibrate. Returns (fitted model, calibration table rows)."""
     from experiments.recording import calibrate_store, ingest_and_summarize, load_plan, record, truth_errors
 
@@ -134,9 +134,10 @@ def calibrate_example(truth, plan: Plan, work: Path, spark, seed: int):
     report, _ = ingest_and_summarize(raw, store, spark=spark)
     quarantined = int(sum(report.quarantined.values()))
     fitted = calibrate_store(store, truth.job, topology=topology_of(truth)).model_
-    rows = [{"example": truth.job, "parameter": k, "relative_error": v}
+    label = label or truth.job
+    rows = [{"example": label, "parameter": k, "relative_error": v}
             for k, v in truth_errors(truth, fitted).items()]
-    rows.append({"example": truth.job, "parameter": "quarantined_rows", "relative_error": float(quarantined)})
+    rows.append({"example": label, "parameter": "quarantined_rows", "relative_error": float(quarantined)})
     return fitted, rows
 
 
@@ -285,7 +286,8 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     for k, example in enumerate(plan.examples):
         truth = load_model(ctx.repo / "examples" / f"{example}.yaml")
         ctx.progress(f"accuracy: {example}: recording and calibrating")
-        fitted, rows = calibrate_example(truth, plan, ctx.workdir, spark, seed=ctx.seed * 1000 + 100 * k + 1)
+        fitted, rows = calibrate_example(truth, plan, ctx.workdir, spark, seed=ctx.seed * 1000 + 100 * k + 1,
+                                         label=example)
         calib_rows.extend(rows)
         for c, config in enumerate(unseen_configs(truth, plan.unseen_configs, rng)):
             label = ",".join(f"{n}={p}" for n, p in config.items() if not truth.operator(n).is_source)
