@@ -348,6 +348,9 @@ def _summary(errors: pd.DataFrame, by_load: pd.DataFrame, plan: Plan, n_points: 
         lines.append(f"- augury {q.replace('_', ' ')}: median error {100 * value:.1f} % "
                      f"(goal <= {100 * goal:.0f} %: {verdict}); Caladrius {100 * med(q, 'caladrius'):.1f} %, "
                      f"DRS {100 * med(q, 'drs'):.1f} %.")
+        if q == "throughput":
+            lines.append("  Below capacity every model predicts the offered rate, so this error is measurement "
+                         "noise; the models differ at overload (below).")
     lines.append(f"- augury p99 latency: median error {100 * med('latency_p99', 'augury'):.1f} % "
                  "(the peers predict no tail).")
     top = by_load[by_load["load"] == by_load["load"].max()].set_index("quantity")
