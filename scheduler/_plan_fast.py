@@ -337,7 +337,7 @@ class Knapsack:
             P[:, v] = d[idx[:, t]]
         return P
 
-    def levels(self, targets: list[tuple[int, float]], budget: int
+    def levels(self, targets: list[tuple[int, float]], budget: int, max_frontier: int = 50_000
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For every (k, threshold_s) in ``targets``: every configuration with exactly k extra
         instances whose exact mean latency (s) is at most threshold_s (with slack), as (domain
@@ -346,7 +346,8 @@ class Knapsack:
         Branch and bound in topological order: a partial assignment's operators have exact
         sojourns (all their ancestors are assigned), the rest contribute their floor tables
         through the knapsack ``S``; a node is dropped when that bound exceeds its threshold.
-        Raises ``BudgetExhausted`` past ``budget`` operator-steps."""
+        Raises ``BudgetExhausted`` past ``budget`` operator-steps or ``max_frontier`` partial
+        assignments at once (memory: rows x operators floats)."""
         fm = self.fm
         V = fm.V
         assert all(k <= self.k_cap for k, _ in targets)
@@ -387,7 +388,7 @@ class Knapsack:
                 if not keep.all():
                     idx, rem, acc, so, lev, thr = idx[keep], rem[keep], acc[keep], so[keep], lev[keep], thr[keep]
             self.steps += len(rem)
-            if self.steps > budget:
+            if self.steps > budget or len(rem) > max_frontier:
                 raise BudgetExhausted
             if len(rem) == 0:
                 return empty

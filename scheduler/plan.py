@@ -833,15 +833,14 @@ def _fast_counts(prob: _Problem, fm: "_plan_fast.FastMean") -> tuple[np.ndarray 
         v = g.members[0]
         util = fm.max_utilization(v, g.domain)
         ok = (util <= prob.U * (1 + _UTIL_EPS)) & (util < 1 - 1e-12)
+        # The whole domain is known: the general search's utilization cache needs no scans.
+        prob.util_cache[j].update({int(p): (float(u) if u < 1 - 1e-12 else np.inf)
+                                   for p, u in zip(g.domain, util)})
+        prob.scanned_to[j] = len(g.domain) - 1
         if not ok.any():
-            prob.util_cache[j].update({int(p): (float(u) if u < 1 - 1e-12 else np.inf)
-                                       for p, u in zip(g.domain, util)})
             reasons.append(prob._util_reason(j))
             continue
-        i = int(np.argmax(ok))
-        b[j] = g.domain[i]
-        prob.util_cache[j][int(b[j])] = float(util[i])
-        prob.scanned_to[j] = i
+        b[j] = g.domain[int(np.argmax(ok))]
     return (None, reasons) if reasons else (b, [])
 
 
@@ -874,6 +873,8 @@ def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes:
     slack = 1 + _plan_fast._LAT_SLACK
     V = len(prob.c.names)
     budget = prob.cfg.max_evaluations * V
+    # The mean bounds p95/p99 only loosely: give up early rather than exhaust memory and time.
+    max_frontier = 50_000 if stat == "mean" else 5_000
 
     def done(values, extra_reasons, feasible=True, batch=None):
         prob.evaluations += knap.steps // V
@@ -920,10 +921,9 @@ def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes:
                     break
             kk += 1
         try:
-            idx, means, levs = knap.levels(targets, budget)
+            idx, means, levs = knap.levels(targets, budget, max_frontier)
         except _plan_fast.BudgetExhausted:
-            prob.evaluations += knap.steps // V
-            return None
+            return _fast_fallback(prob, knap, k, notes)
         for k in sorted(set(levs.tolist())):
             cand, means_k = idx[levs == k], means[levs == k]
             if stat == "mean":
@@ -951,3 +951,39 @@ def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes:
         k = targets[-1][0] + 1
     return done(None, [f"no configuration within the bounds meets the latency SLO {stat} <= {slo:g} ms "
                        "(exhaustive search)"], feasible=False)
+
+
+def _fast_fallback(prob: _Problem, knap: "_plan_fast.Knapsack", k0: int, notes: list[str]) -> Plan | None:
+    """The search budget ran out at level k0 (levels below it hold no configuration meeting the
+    SLO): the cheaper of the first floor-optimal configuration from k0 on that meets the targets
+    and the DRS-style greedy (``_greedy``), marked not proven (``optimal=False``). None when
+    neither meets the targets (the general search then tries)."""
+    V = len(prob.c.names)
+    prob.evaluations += knap.steps // V
+    slo, stat = prob.slo, prob.stat
+    b = knap.base[knap.ops]
+    found: list[tuple[int, float, np.ndarray]] = []
+    k = k0
+    while k <= knap.total and not found:
+        if k > knap.k_cap:
+            knap.build(min(2 * knap.k_cap, knap.total))
+        ks = [kk for kk in range(k, min(k + 64, knap.k_cap + 1)) if np.isfinite(knap.S[0][kk])]
+        if ks:
+            batch = prob.evaluate(knap.config(np.array([knap.argmin(kk) for kk in ks])))
+            lat = prob.latency(batch)
+            ok = prob.util_ok(batch) & ~np.isnan(lat) & (lat <= slo * (1 + _LAT_EPS))
+            if ok.any():
+                i = int(np.argmax(ok))
+                found.append((ks[i], float(lat[i]), batch.parallelism[i][knap.ops]))
+        k = (ks[-1] + 1) if ks else k + 64
+    g_vals, g_lat = _greedy(prob, b)
+    if g_lat <= slo * (1 + _LAT_EPS):
+        found.append((_extra(prob, g_vals, b), g_lat, g_vals))
+    if not found:
+        return None
+    extra, lat, vals = min(found, key=lambda f: (f[0], f[1]))
+    note = (f"search budget exhausted at {int(b.sum()) + k0} instances (the latency bound, the mean, "
+            f"is too weak against a {stat} SLO here); returning the cheaper of the floor-optimal and "
+            f"the greedy allocation that meet the targets ({stat} {lat:.4g} ms, {extra} instance(s) "
+            f"beyond the utilization-minimal counts), not proven cheapest")
+    return _finish(prob, np.asarray(vals, dtype=np.int64), True, notes + [note], False)
