@@ -32,7 +32,7 @@ configuration planned for the test period's actual peak.
 from __future__ import annotations
 
 import argparse
-import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +41,8 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = Path("/work/shared/traces")
+TRACES = Path(os.environ.get("AUGURY_TRACES", ROOT.parent / "shared" / "traces"))
+"""The real traces (``../shared/traces``, or ``$AUGURY_TRACES``)."""
 MODEL_FILE = ROOT / "examples" / "wordcount.yaml"
 PEAK_RATE = 4000.0
 """The highest value of each trace is scaled to this input rate, tuples/s."""
@@ -79,6 +80,9 @@ class Setting:
     reactive_trigger: float = 0.9
     """Re-plan at once when the last measured interval's rate exceeds this fraction of the
     capacity (target x max rate) of the configuration last issued (inf: periodic only)."""
+    reactive_headroom: float = 1.0
+    """On a reactive re-plan the measured load is multiplied by this (the load is rising past
+    the forecast; plan for where it is going, not where it was)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ class Result:
     def line(self) -> str:
         s = self.setting
         return (f"{self.trace:<5} q={s.quantile:<5g} budget={s.budget:<3d} replan={s.replan_s / 3600:g}h "
+                f"trigger={s.reactive_trigger:g} headroom={s.reactive_headroom:g} "
                 f"| violations {self.violation_pct:6.3f} % ({self.violations}/{self.intervals}) "
                 f"| reconfigs {self.reconfigurations} in {self.days:g} d, max {self.max_reconfigs_24h} in 24 h"
                 f" (late ups {self.late}; {self.replans} re-plans, {self.reactive_replans} reactive, "
@@ -153,7 +158,8 @@ def instance_hours(compiled, executed, start: pd.Timestamp, end: pd.Timestamp) -
 
 
 def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = None,
-              test_days: float | None = None, log: list | None = None) -> Result:
+              test_days: float | None = None, log: list | None = None,
+              test_start: str | None = None) -> Result:
     """Roll through the test period (``test_days`` shortens it); ``log`` collects
     ``(time, schedule, executed?)`` for every re-plan."""
     from modeler.forecast import Forecaster
@@ -167,7 +173,7 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
     compiled = model if model is not None else compile_model(load_model(MODEL_FILE))
     actual, agg, _ = load_trace(spec)
     days = spec.test_days if test_days is None else test_days
-    start = pd.Timestamp(spec.test_start)
+    start = pd.Timestamp(test_start or spec.test_start)
     end = start + pd.Timedelta(days=days)
     step = pd.Timedelta(seconds=spec.step_s)
     steps_h = int(round(setting.horizon_s / spec.step_s))
@@ -191,7 +197,7 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
             caps[key] = predict(compiled, c, 1.0).max_rate * setting.utilization_target
         return caps[key]
 
-    def replan(T):
+    def replan(T, boost=1.0):
         nonlocal fitted, fitted_at, first_sched
         hist = agg[agg.index + step <= T]  # complete steps only
         if fitted is None or (T - fitted_at).total_seconds() >= setting.refit_s:
@@ -205,6 +211,7 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
         measured = actual[(actual.index >= T - pd.Timedelta(seconds=setting.stabilization_s))
                           & (actual.index < T)].dropna()
         load = float(measured.max()) if len(measured) else float(hist.dropna().iloc[-1])
+        load *= boost
         recent = [r.issue_at for r in executed if r.issue_at > T - pd.Timedelta(days=1)]
         current = dict(executed[-1].config) if executed else None
         s = schedule(compiled, path, load, cfg, now=T, current_config=current, recent_issues=recent,
@@ -231,7 +238,7 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
         hot = (executed and t >= quiet_until and np.isfinite(last)
                and last > setting.reactive_trigger * capacity(dict(executed[-1].config)))
         if t >= next_periodic or hot:
-            s = replan(t)
+            s = replan(t, setting.reactive_headroom if (hot and t < next_periodic) else 1.0)
             replans += 1
             reactive += bool(hot and t < next_periodic)
             if log is not None:
@@ -303,6 +310,10 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, action="append", help="default 12 and 6")
     ap.add_argument("--replan", default="2h")
     ap.add_argument("--days", type=float, default=None, help="shorter test period (days)")
+    ap.add_argument("--trigger", type=float, default=Setting.reactive_trigger,
+                    help="reactive re-plan above this fraction of capacity (default %(default)s)")
+    ap.add_argument("--headroom", type=float, default=Setting.reactive_headroom,
+                    help="reactive re-plans plan for the measured peak x this (default %(default)s)")
     ap.add_argument("--plot-dir", default=None)
     args = ap.parse_args(argv)
     from augury.commands._common import parse_duration_s
@@ -321,7 +332,9 @@ def main(argv=None) -> int:
                 plot = None
                 if args.plot_dir:
                     plot = Path(args.plot_dir) / f"schedule_{name}_q{q:g}_b{b}.png"
-                res = run_trace(spec, Setting(quantile=q, budget=b, replan_s=replan), plot=plot,
+                setting = Setting(quantile=q, budget=b, replan_s=replan, reactive_trigger=args.trigger,
+                                  reactive_headroom=args.headroom)
+                res = run_trace(spec, setting, plot=plot,
                                 test_days=args.days)
                 worst = max(worst, res.violation_pct)
                 print(res.line(), flush=True)

@@ -1,0 +1,28 @@
+"""The schedule acceptance on a real trace, on a short roll so it cannot regress unnoticed:
+re-forecast and re-schedule every 2 h through 4 days of the NYC-taxi trace, replay the executed
+timeline against the actual trace through predict."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.schedule_eval import TRACE_SPECS, Setting, run_trace
+from scheduler.schedule import max_per_day
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", [12, 6])
+def test_taxi_short_roll_under_one_percent_within_budget(traces_dir, budget):
+    res = run_trace(TRACE_SPECS["taxi"], Setting(quantile=0.9, budget=budget), test_days=4,
+                    test_start="2014-10-07")
+    assert res.intervals == 4 * 48
+    assert res.violation_pct < 1.0, res.line()
+    assert res.max_reconfigs_24h <= budget
+    assert max_per_day([r.issue_at for r in res.executed]) == res.max_reconfigs_24h
+    # It really scales with the daily cycle (not a static configuration): night vs evening.
+    assert res.reconfigurations >= 4 * 2
+    assert res.replay["instances"].min() < res.replay["instances"].max() / 2
+    # And it is not free capacity: no interval is left with less than the load needs
+    # unless counted as a violation.
+    ok = ~res.replay["violation"]
+    assert (res.replay.loc[ok, "max_utilization"] <= 0.7 + 1e-9).all()
