@@ -372,7 +372,7 @@ class Knapsack:
                 ci = np.arange(n_i)
                 newrem = rem[:, None] - cost[None, :n_i]
                 ok = newrem >= 0
-                sep = acc[:, None] + F[None, :n_i] + S_next[np.clip(newrem, 0, self.k_cap)] + self.fixed_after[v]
+                sep = acc[:, None] + F[None, :n_i] + S_next[np.maximum(newrem, 0)] + self.fixed_after[v]
                 ok &= sep <= thr[:, None]
                 r, c = np.nonzero(ok)
                 if len(r) == 0:
@@ -384,7 +384,7 @@ class Knapsack:
                 soj, out = fm.step(v, self.domains[t][ci[c]], so, floor=False)
                 acc = acc[r] + w[v] * soj
                 so[:, v] = out
-                keep = acc + S_next[np.clip(rem, 0, self.k_cap)] + self.fixed_after[v] <= thr
+                keep = acc + S_next[rem] + self.fixed_after[v] <= thr
                 if not keep.all():
                     idx, rem, acc, so, lev, thr = idx[keep], rem[keep], acc[keep], so[keep], lev[keep], thr[keep]
             self.steps += len(rem)
