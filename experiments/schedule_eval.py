@@ -190,6 +190,7 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
     first_sched = None
     plans: dict = {}
     caps: dict = {}
+    paths: list = []
 
     def capacity(c) -> float:
         key = tuple(sorted(c.items()))
@@ -218,6 +219,7 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
                      plan_cache=plans)
         if first_sched is None:
             first_sched = (s, hist, fc)
+        paths.append((T, path))
         return s
 
     # Walk the test period at the trace's own resolution: execute the active schedule's changes
@@ -262,7 +264,7 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
     peak_plan = plan(compiled, float(test.max()), PlanConfig(utilization_target=setting.utilization_target))
     hours = days * 24.0
     if plot is not None:
-        _plot(plot, spec, setting, test, rep, executed, agg, start, end, first_sched)
+        _plot(plot, spec, setting, test, rep, executed, start, end, paths)
     return Result(trace=spec.name, setting=setting, intervals=len(rep), violations=int(rep["violation"].sum()),
                   max_reconfigs_24h=max_per_day([r.issue_at for r in executed]),
                   reconfigurations=len(executed), late=sum(r.late for r in executed),
@@ -273,34 +275,46 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
                   replay=rep, executed=tuple(executed))
 
 
-def _plot(path: Path, spec, setting, test, rep, executed, agg, start, end, first_sched) -> None:
+def _plot(path: Path, spec, setting, test, rep, executed, start, end, paths) -> None:
+    """Actual load, the forecast quantile path in use (each re-plan's path until the next
+    re-plan), the capacity in force, violating intervals, and the reconfigurations."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from modeler.queueing import compile_model  # noqa: F401  (model already compiled above)
-
     cap = rep["actual"] / rep["max_utilization"] * setting.utilization_target
-    fig, ax = plt.subplots(figsize=(13, 4.5))
+    fig, ax = plt.subplots(figsize=(14, 4.8))
     ax.plot(test.index, test.to_numpy(), color="black", lw=0.6, label="actual load")
+    pieces = []
+    for (t, p), nxt in zip(paths, [q for q, _ in paths[1:]] + [end]):
+        pieces.append(p[(p.index >= t - pd.Timedelta(seconds=spec.step_s)) & (p.index < nxt)])
+    used = pd.concat(pieces) if pieces else pd.Series(dtype=float)
+    used = used[~used.index.duplicated(keep="last")]
+    ax.step(used.index, used.to_numpy(), where="post", color="tab:blue", lw=0.8,
+            label=f"forecast q{setting.quantile:g} in use (re-forecast every {setting.replan_s / 3600:g} h "
+                  f"and on reactive triggers)")
     ax.step(cap.index, cap.to_numpy(), where="post", color="tab:red", lw=1.0,
             label="capacity in force (target x max rate)")
     viol = rep[rep["violation"]]
     ax.scatter(viol.index, viol["actual"], color="orange", s=8, zorder=3, label="violating interval")
-    s, hist, fc = first_sched
-    ax.plot(fc.timestamps, fc.quantiles[setting.quantile], color="tab:blue", lw=1.0,
-            label=f"first forecast q{setting.quantile:g} (re-forecast every {setting.replan_s / 3600:g} h)")
     for r in executed:
         ax.axvline(r.issue_at, color="tab:red", lw=0.3, ls=":")
-    ax.set_ylabel("lines/s")
+    ax.set_ylabel("input rate (lines/s)")
     ax.set_xlim(start, end)
     ax.legend(loc="upper left", fontsize=8)
     ax.set_title(f"{spec.name}: violations {100 * rep['violation'].mean():.2f} % of intervals, "
-                 f"{len(executed)} reconfigurations, budget {setting.budget}/day")
+                 f"{len(executed)} reconfigurations (max {max_per_day_of(executed)} in 24 h, "
+                 f"budget {setting.budget})")
     fig.autofmt_xdate()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
+
+
+def max_per_day_of(executed) -> int:
+    from scheduler.schedule import max_per_day
+
+    return max_per_day([r.issue_at for r in executed])
 
 
 def main(argv=None) -> int:

@@ -12,13 +12,13 @@ How the timeline is built (``docs/scheduler.md`` has the same with examples):
 
 1. **Demand.** At grid step i the demand is the forecast at i (then the maximum over the next
    ``lookahead_s``, by default the lead time, in whole steps: a load arriving a little earlier
-   than forecast finds the capacity in place). The current measured load is a
-   floor for the steps within ``stabilization_s`` of now (final recommendation = max of
-   reactive and predictive: the load measured now has to fall for a stabilization period
-   before anything may be sized below it).
+   than forecast finds the capacity in place).
 2. **Scale-down only after a stabilization period.** The level at step i is the maximum demand
    over the window ``[i - stabilization, i]``: capacity follows a rise at once and a fall only
-   once the load has stayed low for ``stabilization_s``.
+   once the load has stayed low for ``stabilization_s``. The current measured load is a floor
+   of the level for the steps within ``stabilization_s`` of now (final recommendation = max
+   of reactive and predictive: the load measured now has to fall for a stabilization period
+   before anything may be sized below it).
 3. **At most ``max_reconfigurations_per_day``** in any 24 h window, counted as *issued*: the
    change at now (unless ``current_config`` is given and already right), every later change at
    its issue time (a scale-up ``lead_time_s`` before its segment), and the ``recent_issues``
@@ -238,8 +238,12 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     win = int(math.ceil(config.stabilization_s / step_s)) if step_s > 0 else 0
     ahead_s = config.lead_time_s if config.lookahead_s is None else config.lookahead_s
     fwd = int(math.ceil(ahead_s / step_s - 1e-9)) if step_s > 0 else 0
-    ahead = pd.Series(demand[::-1]).rolling(fwd + 1, min_periods=1).max().to_numpy()[::-1]
+    # The floor is applied to the level, not fed through the stabilization window again: the
+    # measured load holds for one stabilization period from now (a floor pushed through the
+    # rolling max would hold for two, and a re-plan every hour or two would never scale down).
+    ahead = pd.Series(values[::-1]).rolling(fwd + 1, min_periods=1).max().to_numpy()[::-1]
     level = pd.Series(ahead).rolling(win + 1, min_periods=1).max().to_numpy()
+    level[floor] = np.maximum(level[floor], current_load)
     level = np.array([_round_up(x, config.rate_resolution) for x in level])
 
     # Plans per distinct level (cached).

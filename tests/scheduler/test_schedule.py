@@ -127,3 +127,16 @@ def test_running_config_that_covers_the_first_segment_is_kept():
     assert first.direction == "initial" and first.effective_at == s2.now + pd.Timedelta(seconds=300)
     assert s2.config_at(s2.now) == small
     assert s2.config_at(first.effective_at) == dict(plan(MODEL, HIGH).config)
+
+
+def test_measured_load_holds_one_stabilization_period_not_two():
+    # Re-planning while the load falls: the floor (the load measured now) holds for one
+    # stabilization period from now and then the level follows the forecast down, so a re-plan
+    # every two hours does scale down.
+    forecast = pd.Series(np.full(len(IDX), LOW), index=IDX)
+    s = schedule(MODEL, forecast, HIGH, ScheduleConfig(stabilization_s=3600, rate_resolution=0, lookahead_s=0),
+                 now=IDX[0])
+    downs = [r for r in s.reconfigurations if r.direction == "down"]
+    assert len(downs) == 1
+    assert downs[0].issue_at - s.now <= pd.Timedelta(hours=1, minutes=30)
+    assert (s.steps["level"][s.steps.index - s.now <= pd.Timedelta(hours=1)] == HIGH).all()
