@@ -264,6 +264,14 @@ class Knapsack:
         self.costs = [d - d[0] for d in domains]
         self.pos = {v: t for t, v in enumerate(ops)}
         self.steps = 0  # operator-steps over rows (work counter)
+        V = fm.V
+        last_child = np.full(V, -1)
+        for v in range(V):
+            for e in fm.c.in_edges[v]:
+                last_child[e.u] = max(last_child[e.u], v)
+        self.live = [np.array([u for u in range(v) if last_child[u] >= v], dtype=np.int64)
+                     for v in range(V)]
+        """Operators before v whose departure dispersion an operator from v on still reads."""
         self.total = int(sum(int(c[-1]) for c in self.costs))
         """Most extra instances any configuration has."""
         self.full = max(len(d) for d in domains)
@@ -380,7 +388,10 @@ class Knapsack:
                 rem, lev, thr = newrem[r, c], lev[r], thr[r]
                 idx = idx[r]
                 idx[:, t] = ci[c]
-                so = so[r]
+                live = self.live[v]
+                so_r = np.empty((len(r), V))
+                so_r[:, live] = so[np.ix_(r, live)]  # only columns later operators read
+                so = so_r
                 soj, out = fm.step(v, self.domains[t][ci[c]], so, floor=False)
                 acc = acc[r] + w[v] * soj
                 so[:, v] = out
