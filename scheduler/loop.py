@@ -391,6 +391,11 @@ class ControlLoop:
                 continue
             if window.start_s < max(rec.at_s + self.config.evaluate_after_s, self.settled_after_s):
                 continue
+            # The backlog built up during the restart drains at full speed (the hottest instance
+            # saturated): judge the action once it has drained, or catch_up_s later at the latest.
+            draining = window.backlog > max(window.offered_rate, 1.0) and window.input_rate > window.offered_rate
+            if draining and window.start_s < rec.at_s + self.config.evaluate_after_s + self.config.catch_up_s:
+                continue
             measured = self._measure(window, rec)
             helped = self._helped(rec, measured)
             outcome = "helped" if helped else "did_not_help"
