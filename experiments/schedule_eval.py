@@ -77,6 +77,8 @@ class Setting:
     horizon_s: float = 86400.0
     refit_s: float = 86400.0
     utilization_target: float = 0.7
+    reserve: int = 0
+    """Of the daily budget, changes left unplanned for reactive re-plans."""
     reactive_trigger: float = 0.9
     """Re-plan at once when the last measured interval's rate exceeds this fraction of the
     capacity (target x max rate) of the configuration last issued (inf: periodic only)."""
@@ -114,7 +116,8 @@ class Result:
 
     def line(self) -> str:
         s = self.setting
-        return (f"{self.trace:<5} q={s.quantile:<5g} budget={s.budget:<3d} replan={s.replan_s / 3600:g}h "
+        return (f"{self.trace:<5} q={s.quantile:<5g} budget={s.budget:<3d} reserve={s.reserve} "
+                f"replan={s.replan_s / 3600:g}h "
                 f"trigger={s.reactive_trigger:g} headroom={s.reactive_headroom:g} "
                 f"| violations {self.violation_pct:6.3f} % ({self.violations}/{self.intervals}) "
                 f"| reconfigs {self.reconfigurations} in {self.days:g} d, max {self.max_reconfigs_24h} in 24 h"
@@ -179,6 +182,7 @@ def run_trace(spec: Trace, setting: Setting, model=None, plot: Path | None = Non
     steps_h = int(round(setting.horizon_s / spec.step_s))
     cfg = ScheduleConfig(lead_time_s=setting.lead_time_s, stabilization_s=setting.stabilization_s,
                          max_reconfigurations_per_day=setting.budget,
+                         reserved_reconfigurations=setting.reserve,
                          plan=PlanConfig(utilization_target=setting.utilization_target))
     forecaster = Forecaster(horizon_s=setting.horizon_s)
 
@@ -324,6 +328,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, action="append", help="default 12 and 6")
     ap.add_argument("--replan", default="2h")
     ap.add_argument("--days", type=float, default=None, help="shorter test period (days)")
+    ap.add_argument("--reserve", type=int, default=None,
+                    help="changes a day left unplanned for reactive re-plans (default: budget // 3)")
     ap.add_argument("--trigger", type=float, default=Setting.reactive_trigger,
                     help="reactive re-plan above this fraction of capacity (default %(default)s)")
     ap.add_argument("--headroom", type=float, default=Setting.reactive_headroom,
@@ -346,7 +352,9 @@ def main(argv=None) -> int:
                 plot = None
                 if args.plot_dir:
                     plot = Path(args.plot_dir) / f"schedule_{name}_q{q:g}_b{b}.png"
-                setting = Setting(quantile=q, budget=b, replan_s=replan, reactive_trigger=args.trigger,
+                reserve = b // 3 if args.reserve is None else args.reserve
+                setting = Setting(quantile=q, budget=b, replan_s=replan, reserve=reserve,
+                                  reactive_trigger=args.trigger,
                                   reactive_headroom=args.headroom)
                 res = run_trace(spec, setting, plot=plot,
                                 test_days=args.days)

@@ -24,7 +24,9 @@ How the timeline is built (``docs/scheduler.md`` has the same with examples):
    its issue time (a scale-up ``lead_time_s`` before its segment), and the ``recent_issues``
    made before now (e.g. by the previous schedule of a rolling re-plan). While a window has too
    many, the cheapest change in it (merging its two neighbouring segments at the *higher* of
-   the two levels, costed in instance-steps) is dropped.
+   the two levels, costed in instance-steps) is dropped. With ``reserved_reconfigurations``
+   = r, planned changes are merged until no window holds more than the budget minus r, so r
+   changes a day stay free for reacting to a load the forecast missed.
 4. **Configurations.** Each segment gets ``plan(model, level)`` (fewest instances meeting the
    utilization target and SLO); the model's utilization and latency rise with the rate, so the
    plan for a segment's peak holds through the whole segment. Levels are rounded up to a
@@ -66,6 +68,10 @@ class ScheduleConfig:
     """Seconds the load must stay low before a scale-down (Flink's autoscaler uses 1 h)."""
     max_reconfigurations_per_day: int = 12
     """Most configuration changes in any 24 h window (the first change at now included)."""
+    reserved_reconfigurations: int = 0
+    """Of the daily budget, leave this many unplanned in every 24 h window: planned changes fit
+    in ``max_reconfigurations_per_day - reserved``, so a reactive change (a load the forecast
+    missed) still fits the budget."""
     lookahead_s: float | None = None
     """The level at a step also covers the forecast up to this many seconds later (so a load
     that arrives a little earlier than forecast finds the capacity in place); ``None`` = the
@@ -87,6 +93,10 @@ class ScheduleConfig:
         m = self.max_reconfigurations_per_day
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             raise SchedulerError("must be a positive integer", field="max_reconfigurations_per_day", value=m)
+        r = self.reserved_reconfigurations
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < m:
+            raise SchedulerError("must be an integer >= 0 and below max_reconfigurations_per_day",
+                                 field="reserved_reconfigurations", value=r)
         self.plan.check()
 
 
@@ -295,21 +305,22 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
         return p.instances * (e - s)
 
     K = config.max_reconfigurations_per_day
+    planned_limit = K - config.reserved_reconfigurations
     while len(seg) > 1:
         changes = np.array([issue_s(n) for n in range(1, len(seg))])
         fixed = list(recent) + ([0.0] if initial_is_change() else [])
         events = np.concatenate([np.asarray(fixed, dtype=float), changes])
         movable = np.concatenate([np.zeros(len(fixed), bool), np.ones(len(changes), bool)])
         counts = np.array([np.sum((events >= t) & (events < t + DAY_S)) for t in events])
-        if counts.max() <= K:
+        if counts.max() <= planned_limit:
             break
         crowded = set()
         for t, c in zip(events, counts):
-            if c > K:
+            if c > planned_limit:
                 inside = (events >= t) & (events < t + DAY_S) & movable
                 crowded.update((np.nonzero(inside)[0] - len(fixed)).tolist())
         if not crowded:
-            break  # only the fixed changes (before now, and the one at now) exceed the budget
+            break  # only the fixed changes (before now, and the one at now) are over the limit
         best, best_cost = None, math.inf
         for c in sorted(crowded):
             (s1, e1, l1), (s2, e2, l2) = seg[c], seg[c + 1]

@@ -2,7 +2,8 @@
 
     augury schedule MODEL --series RATES --horizon 24h [--quantile 0.9] [--lead-time 5m]
                     [--latency-slo-ms L] [--latency-stat mean|p95|p99] [--utilization-target U]
-                    [--stabilization 1h] [--max-reconfigs-per-day N] [--method auto|...]
+                    [--stabilization 1h] [--max-reconfigs-per-day N] [--reserved-reconfigs R]
+                    [--method auto|...]
                     [--step 15m] [--aggregate max|mean] [--season N] [--scale F]
                     [--current-load R] [--current-config op=p,...] [--json] [--plot FILE.png]
 
@@ -40,6 +41,8 @@ def register(subparsers) -> None:
                    help="how long the load must stay low before a scale-down (default 1h)")
     p.add_argument("--max-reconfigs-per-day", default="12",
                    help="most reconfigurations in any 24 h window, the first one included (default 12)")
+    p.add_argument("--reserved-reconfigs", default="0",
+                   help="of the daily budget, leave this many unplanned for reactive changes (default 0)")
     add_target_flags(p)
     add_series_flags(p)
     p.add_argument("--aggregate", default="max", choices=("max", "mean"),
@@ -81,6 +84,13 @@ def run(args: argparse.Namespace) -> int:
     lead_s = parse_duration_s(args.lead_time, "--lead-time")
     stab_s = parse_duration_s(args.stabilization, "--stabilization")
     budget = positive_int(args.max_reconfigs_per_day, "--max-reconfigs-per-day")
+    try:
+        reserved = int(args.reserved_reconfigs)
+    except ValueError:
+        raise UsageError("expected an integer", field="--reserved-reconfigs", value=args.reserved_reconfigs) from None
+    if not 0 <= reserved < budget:
+        raise UsageError(f"expected an integer from 0 to {budget - 1} (below --max-reconfigs-per-day)",
+                         field="--reserved-reconfigs", value=args.reserved_reconfigs)
     u, slo, stat = targets(args)
     step_s, season = series_options(args)
     scale = parse_positive_float(args.scale, "--scale")
@@ -115,8 +125,9 @@ def run(args: argparse.Namespace) -> int:
         current_load = float(recent.max())
 
     cfg = ScheduleConfig(lead_time_s=lead_s, stabilization_s=stab_s, max_reconfigurations_per_day=budget,
+                         reserved_reconfigurations=reserved,
                          plan=PlanConfig(utilization_target=u, latency_slo_ms=slo, latency_stat=stat))
-    now = fitted.last_timestamp
+    now = fitted.last_timestamp + _td(reg.step_s)  # the end of the last measured step
     sched = schedule(compiled, fc.quantiles[q], current_load, cfg, now=now, current_config=current_config)
 
     payload = sched.to_dict()
@@ -124,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
         "model": args.model, "series": args.series, "forecast_method": fitted.method, "quantile": q,
         "horizon_s": horizon, "step_s": reg.step_s, "aggregate": args.aggregate if step_s else None,
         "scale": scale, "current_load": current_load, "lead_time_s": lead_s, "stabilization_s": stab_s,
-        "max_reconfigurations_per_day": budget, "utilization_target": u, "latency_slo_ms": slo,
+        "max_reconfigurations_per_day": budget, "reserved_reconfigurations": reserved,
+        "utilization_target": u, "latency_slo_ms": slo,
         "latency_stat": stat,
         "steps": [{"timestamp": ts.isoformat(), "forecast_median": float(med), "forecast": float(row.forecast),
                    "level": float(row.level), "capacity": float(row.capacity), "instances": int(row.instances)}

@@ -140,3 +140,15 @@ def test_measured_load_holds_one_stabilization_period_not_two():
     assert len(downs) == 1
     assert downs[0].issue_at - s.now <= pd.Timedelta(hours=1, minutes=30)
     assert (s.steps["level"][s.steps.index - s.now <= pd.Timedelta(hours=1)] == HIGH).all()
+
+
+def test_reserved_reconfigurations_stay_free_in_every_window():
+    values = np.where(np.arange(len(IDX)) % 6 < 3, HIGH, LOW)
+    forecast = pd.Series(values, index=IDX)
+    cfg = ScheduleConfig(stabilization_s=0, max_reconfigurations_per_day=6, reserved_reconfigurations=2,
+                         lookahead_s=0)
+    s = schedule(MODEL, forecast, LOW, cfg)
+    assert s.per_day() <= 4  # 6 - 2 planned, the change at now included
+    assert (s.steps["capacity"] >= s.steps["forecast"] * (1 - 1e-9)).all()
+    with pytest.raises(SchedulerError):
+        ScheduleConfig(max_reconfigurations_per_day=3, reserved_reconfigurations=3).check()

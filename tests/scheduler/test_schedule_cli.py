@@ -18,7 +18,8 @@ WORDCOUNT = str(EXAMPLES / "wordcount.yaml")
 KEYS = {"now", "feasible", "reasons", "current_config", "reconfigurations", "changes",
         "max_reconfigurations_in_24h", "peak_instances", "instance_hours", "model", "series",
         "forecast_method", "quantile", "horizon_s", "step_s", "aggregate", "scale", "current_load",
-        "lead_time_s", "stabilization_s", "max_reconfigurations_per_day", "utilization_target",
+        "lead_time_s", "stabilization_s", "max_reconfigurations_per_day", "reserved_reconfigurations",
+        "utilization_target",
         "latency_slo_ms", "latency_stat", "steps"}
 RECONF_KEYS = {"issue_at", "effective_at", "segment_start", "config", "instances", "level",
                "direction", "late", "reason"}
@@ -115,6 +116,7 @@ def test_infeasible_exits_1(capsys, rates):
     (["--lead-time", "soon"], "--lead-time"),
     (["--stabilization", "an hour"], "--stabilization"),
     (["--max-reconfigs-per-day", "0"], "--max-reconfigs-per-day"),
+    (["--reserved-reconfigs", "12"], "--reserved-reconfigs"),
     (["--utilization-target", "2"], "--utilization-target"),
     (["--horizon", "0h"], "--horizon"),
     (["--scale", "0"], "--scale"),
