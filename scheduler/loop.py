@@ -392,9 +392,14 @@ class ControlLoop:
             if window.start_s < max(rec.at_s + self.config.evaluate_after_s, self.settled_after_s):
                 continue
             # The backlog built up during the restart drains at full speed (the hottest instance
-            # saturated): judge the action once it has drained, or catch_up_s later at the latest.
-            draining = window.backlog > max(window.offered_rate, 1.0) and window.input_rate > window.offered_rate
-            if draining and window.start_s < rec.at_s + self.config.evaluate_after_s + self.config.catch_up_s:
+            # saturated): judge the action on a window that started drained (the one before it
+            # ended with no backlog), or catch_up_s later at the latest.
+            def drained(w: JobWindow) -> bool:
+                return w.backlog <= max(w.offered_rate, 1.0)
+
+            before = self.history[-2] if len(self.history) >= 2 else None
+            clean = drained(window) and before is not None and before.end_s > rec.at_s and drained(before)
+            if not clean and window.start_s < rec.at_s + self.config.evaluate_after_s + self.config.catch_up_s:
                 continue
             measured = self._measure(window, rec)
             helped = self._helped(rec, measured)
