@@ -244,6 +244,10 @@ _LAT_SLACK = 1e-9
 add the same terms in a different order, so their means differ by ~1e-15 relative."""
 
 
+CHUNK = 20_000
+"""Frontier rows descended at once in the mean search (``Knapsack.levels``)."""
+
+
 class BudgetExhausted(Exception):
     pass
 
@@ -345,8 +349,8 @@ class Knapsack:
             P[:, v] = d[idx[:, t]]
         return P
 
-    def levels(self, targets: list[tuple[int, float]], budget: int, max_frontier: int = 50_000
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def levels(self, targets: list[tuple[int, float]], budget: int, max_frontier: int = 50_000,
+               chunk: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For every (k, threshold_s) in ``targets``: every configuration with exactly k extra
         instances whose exact mean latency (s) is at most threshold_s (with slack), as (domain
         indices [n, G], mean seconds [n], k [n]). The levels share one pass.
@@ -354,21 +358,42 @@ class Knapsack:
         Branch and bound in topological order: a partial assignment's operators have exact
         sojourns (all their ancestors are assigned), the rest contribute their floor tables
         through the knapsack ``S``; a node is dropped when that bound exceeds its threshold.
-        Raises ``BudgetExhausted`` past ``budget`` operator-steps or ``max_frontier`` partial
-        assignments at once (memory: rows x operators floats)."""
+
+        With ``chunk`` (the statistic is the mean), a frontier larger than ``chunk`` is split
+        and the parts descend one after the other, most promising first; a complete
+        configuration found at level k then drops every row of a higher level and lowers level
+        k's threshold to its mean (only the lowest level and its lowest mean matter), and the
+        frontier never exceeds ``chunk`` rows times one operator's branching. Without it, more
+        than ``max_frontier`` rows raise ``BudgetExhausted``, as do more than ``budget``
+        operator-steps in either case."""
         fm = self.fm
-        V = fm.V
         assert all(k <= self.k_cap for k, _ in targets)
         n0 = len(targets)
         lev = np.array([k for k, _ in targets], dtype=np.int64)
-        thr = np.array([t for _, t in targets], dtype=float) * (1 + _LAT_SLACK)
-        idx = np.zeros((n0, self.G), dtype=np.int64)
-        rem = lev.copy()
-        acc = np.full(n0, fm.const_s)
-        so = np.ones((n0, V))
+        state = (np.zeros((n0, self.G), dtype=np.int64), lev.copy(), np.full(n0, fm.const_s),
+                 np.ones((n0, fm.V)), lev,
+                 np.array([t for _, t in targets], dtype=float) * (1 + _LAT_SLACK))
+        self._leaves: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._best: dict[int, float] = {}
+        self._descend(0, state, budget, max_frontier, chunk)
+        if not self._leaves:
+            return np.zeros((0, self.G), dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
+        return tuple(np.concatenate(x) for x in zip(*self._leaves))
+
+    def _descend(self, v0: int, state: tuple, budget: int, max_frontier: int, chunk: int | None) -> None:
+        fm = self.fm
+        V = fm.V
         w = fm.w
-        empty = (np.zeros((0, self.G), dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
-        for v in range(V):
+        idx, rem, acc, so, lev, thr = state
+        for v in range(v0, V):
+            if chunk and self._best:
+                k_best = min(self._best)
+                keep = lev <= k_best
+                thr = np.where(lev == k_best, np.minimum(thr, self._best[k_best] * (1 + _LAT_SLACK)), thr)
+                if not keep.all():
+                    idx, rem, acc, so, lev, thr = idx[keep], rem[keep], acc[keep], so[keep], lev[keep], thr[keep]
+                if len(rem) == 0:
+                    return
             t = self.pos.get(v)
             if t is None:
                 soj, out = fm.step(v, np.full(len(rem), self.base[v], dtype=np.int64), so, floor=False)
@@ -384,7 +409,7 @@ class Knapsack:
                 ok &= sep <= thr[:, None]
                 r, c = np.nonzero(ok)
                 if len(r) == 0:
-                    return empty
+                    return
                 rem, lev, thr = newrem[r, c], lev[r], thr[r]
                 idx = idx[r]
                 idx[:, t] = ci[c]
@@ -395,13 +420,35 @@ class Knapsack:
                 soj, out = fm.step(v, self.domains[t][ci[c]], so, floor=False)
                 acc = acc[r] + w[v] * soj
                 so[:, v] = out
-                keep = acc + S_next[rem] + self.fixed_after[v] <= thr
+                bound = acc + S_next[rem] + self.fixed_after[v]
+                keep = bound <= thr
                 if not keep.all():
                     idx, rem, acc, so, lev, thr = idx[keep], rem[keep], acc[keep], so[keep], lev[keep], thr[keep]
+                    bound = bound[keep]
+                self.steps += len(rem)
+                if self.steps > budget:
+                    raise BudgetExhausted
+                if len(rem) == 0:
+                    return
+                if chunk and len(rem) > chunk and v < V - 1:
+                    order = np.lexsort((bound, lev))  # lowest level, then lowest bound, first
+                    for start in range(0, len(order), chunk):
+                        part = order[start:start + chunk]
+                        self._descend(v + 1, (idx[part], rem[part], acc[part], so[part],
+                                              lev[part], thr[part]), budget, max_frontier, chunk)
+                    return
+                if not chunk and len(rem) > max_frontier:
+                    raise BudgetExhausted
+                continue
             self.steps += len(rem)
-            if self.steps > budget or len(rem) > max_frontier:
+            if self.steps > budget:
                 raise BudgetExhausted
             if len(rem) == 0:
-                return empty
+                return
         ok = (rem == 0) & (acc <= thr)
-        return idx[ok], acc[ok], lev[ok]
+        if ok.any():
+            self._leaves.append((idx[ok], acc[ok], lev[ok]))
+            if chunk:
+                for k in np.unique(lev[ok]).tolist():
+                    m = float(acc[ok][lev[ok] == k].min())
+                    self._best[k] = min(self._best.get(k, np.inf), m)

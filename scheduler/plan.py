@@ -943,7 +943,8 @@ def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes:
                     break
             kk += 1
         try:
-            idx, means, levs = knap.levels(targets, budget, max_frontier)
+            idx, means, levs = knap.levels(targets, budget, max_frontier,
+                                           chunk=_plan_fast.CHUNK if stat == "mean" else None)
         except _plan_fast.BudgetExhausted:
             return _fast_fallback(prob, knap, k, notes)
         for k in sorted(set(levs.tolist())):
@@ -1004,8 +1005,9 @@ def _fast_fallback(prob: _Problem, knap: "_plan_fast.Knapsack", k0: int, notes: 
     if not found:
         return None
     extra, lat, vals = min(found, key=lambda f: (f[0], f[1]))
-    note = (f"search budget exhausted at {int(b.sum()) + k0} instances (the latency bound, the mean, "
-            f"is too weak against a {stat} SLO here); returning the cheaper of the floor-optimal and "
+    why = ("" if stat == "mean" else
+           f" (the latency bound, the mean, is too weak against a {stat} SLO here)")
+    note = (f"search budget exhausted at {int(b.sum()) + k0} instances{why}; returning the cheaper of the floor-optimal and "
             f"the greedy allocation that meet the targets ({stat} {lat:.4g} ms, {extra} instance(s) "
             f"beyond the utilization-minimal counts), not proven cheapest")
     return _finish(prob, np.asarray(vals, dtype=np.int64), True, notes + [note], False)

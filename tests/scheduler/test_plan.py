@@ -511,3 +511,52 @@ def test_fast_mean_equals_predict_batch_and_floor_is_a_separable_lower_bound(cas
             np.testing.assert_allclose(vals, vals[0], rtol=1e-12, atol=1e-15)
     # The weights: the mean is C + sum_v w_v sojourn_v.
     np.testing.assert_allclose(fm.const_s + soj @ fm.w, mean, rtol=1e-12)
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=fast_cases())
+def test_fast_search_in_small_chunks_equals_exhaustive_search(case, monkeypatch):
+    """Depth-first descent of a split frontier (dropping higher levels and lowering the
+    threshold as complete configurations appear) finds the same optimum."""
+    from scheduler import _plan_fast
+
+    model, rate, cfg = case
+    cfg = PlanConfig(utilization_target=cfg.utilization_target, latency_slo_ms=cfg.latency_slo_ms,
+                     latency_stat="mean", align=cfg.align)
+    with monkeypatch.context() as m:
+        m.setattr(_plan_fast, "CHUNK", 2)
+        result = plan(model, rate, cfg)
+    _assert_matches(result, exhaustive_product(model, rate, cfg), cfg)
+
+
+def test_chunked_descent_equals_one_frontier_on_mid_size_dags(monkeypatch):
+    """On 14-operator DAGs (frontiers of up to hundreds of rows) the depth-first chunked descent
+    returns the same plan as one breadth-first frontier, and it does split."""
+    from experiments.bench.bench_plan import dag
+    from scheduler import _plan_fast
+
+    splits = []
+    orig = _plan_fast.Knapsack._descend
+
+    def spy(self, v0, *args):
+        splits.append(v0 > 0)
+        return orig(self, v0, *args)
+
+    for seed, factor in itertools.product((1, 2, 3), (0.9, 0.75, 0.6)):
+        model = parse_model(dag(n_ops=14, seed=seed))
+        compiled = compile_model(model)
+        rate = 8.0 * predict(compiled, None, 1.0).max_rate
+        base = plan(compiled, rate)
+        cfg = PlanConfig(latency_stat="mean", latency_slo_ms=factor * base.prediction.latency_ms["mean"])
+        with monkeypatch.context() as m:
+            m.setattr(_plan_fast, "CHUNK", 10**9)
+            whole = plan(compiled, rate, cfg)
+        with monkeypatch.context() as m:
+            m.setattr(_plan_fast, "CHUNK", 3)
+            m.setattr(_plan_fast.Knapsack, "_descend", spy)
+            chunked = plan(compiled, rate, cfg)
+        assert whole.optimal and chunked.optimal
+        assert (whole.feasible, whole.instances) == (chunked.feasible, chunked.instances)
+        assert chunked.prediction.latency_ms["mean"] == pytest.approx(whole.prediction.latency_ms["mean"], rel=1e-12)
+    assert any(splits)
