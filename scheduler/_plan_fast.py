@@ -129,6 +129,22 @@ class FastMean:
         ``p``; ``stream_out`` [n, V] holds the upstream operators' departure dispersions."""
         if self.even[v] and self.c.in_edges[v]:
             return self._step_even(v, p, stream_out, floor)
+        if len(p) > 8 and self.c.in_edges[v]:
+            # Many rows share the parallelism and the parents' dispersions (they differ
+            # elsewhere): evaluate the wide per-instance-class arrays once per distinct input.
+            parents = sorted({e.u for e in self.c.in_edges[v]})
+            key = np.column_stack([p.astype(float), stream_out[:, parents]])
+            uniq, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            if len(uniq) < 0.7 * len(p):
+                inverse = inverse.reshape(-1)
+                so_u = np.ones((len(first), stream_out.shape[1]))
+                so_u[:, parents] = stream_out[first][:, parents]
+                soj, out = self._step_classes(v, p[first], so_u, floor)
+                return soj[inverse], out[inverse]
+        return self._step_classes(v, p, stream_out, floor)
+
+    def _step_classes(self, v: int, p: np.ndarray, stream_out: np.ndarray, floor: bool
+                      ) -> tuple[np.ndarray, np.ndarray]:
         c = self.c
         n = len(p)
         pf = p.astype(float)
