@@ -73,7 +73,8 @@ How, and why it is optimal for the model (``modeler.queueing``):
    to 1e-9), the unassigned suffix adds its knapsack bound, and a node is dropped when the sum
    exceeds the level's threshold: the SLO, or at the first level whose floor-optimal allocation
    meets the SLO, that allocation's exact mean (so the tie-break is exact too). Several levels
-   share one pass. (d) The surviving complete configurations are checked with
+   share one pass; a frontier over ``_plan_fast.CHUNK`` rows descends in chunks depth-first,
+   and each complete configuration found drops higher levels and tightens its own. (d) The surviving complete configurations are checked with
    ``predict_batch``; the first level with one meeting the targets is the answer, its lowest
    latency the tie-break. For p95/p99 the pruning bound is still the mean (the tails are >= it
    but not separable, not monotone): exact on small DAGs; when the frontier passes 5,000
@@ -317,7 +318,10 @@ class _Problem:
     # ------------------------------------------------------------------ utilization
     def _group_util(self, batch: BatchPrediction, g: _Group) -> np.ndarray:
         cols = list(g.members)
-        util = batch.max_utilization[:, cols].max(axis=1)
+        # At the full rate: when another group saturates the row, predict_batch reports the
+        # utilization at the throttled throughput, which would understate this group's load.
+        scale = np.where(batch.throughput > 0, batch.rate / np.where(batch.throughput > 0, batch.throughput, 1.0), 1.0)
+        util = batch.max_utilization[:, cols].max(axis=1) * scale
         return np.where(batch.saturated & np.isin(batch.bottleneck, cols), np.inf, util)
 
     def scan_util(self, requests: Mapping[int, Sequence[int]]) -> None:

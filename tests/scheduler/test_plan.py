@@ -560,3 +560,22 @@ def test_chunked_descent_equals_one_frontier_on_mid_size_dags(monkeypatch):
         assert (whole.feasible, whole.instances) == (chunked.feasible, chunked.instances)
         assert chunked.prediction.latency_ms["mean"] == pytest.approx(whole.prediction.latency_ms["mean"], rel=1e-12)
     assert any(splits)
+
+
+def test_unreachable_target_behind_a_saturated_operator_is_reported():
+    """o2 cannot meet the target at any parallelism; with o1 at its minimum the job saturates at
+    o1, and the throttled throughput once made o2 look fine. Both the closed form (fast path)
+    and the general scan measure it at the full rate."""
+    from scheduler.plan import _Problem
+
+    model = parse_model({"augury": 1, "operators": [
+        {"name": "src", "role": "source", "service_time_ms": 0.05},
+        {"name": "o1", "service_time_ms": 0.59, "service_scv": 0.25, "max_parallelism": 5},
+        {"name": "o2", "service_time_ms": 0.24, "service_scv": 2.0, "max_parallelism": 4}],
+        "edges": [{"from": "src", "to": "o1"}, {"from": "src", "to": "o2", "selectivity": 3.0}]})
+    rate, cfg = 3700.0, PlanConfig(utilization_target=0.5, latency_slo_ms=3.0, latency_stat="p95")
+    result = plan(model, rate, cfg)  # o2 at 4: 3 * 3700/s * 0.24 ms / 4 = 0.666 > 0.5
+    assert not result.feasible and result.optimal
+    assert result.reasons[0].startswith("o2: even at max_parallelism 4 the hottest instance's utilization is 0.666")
+    b, reasons = _Problem(compile_model(model), rate, cfg).minimal_counts()
+    assert b is None and reasons[0].startswith("o2: even at max_parallelism 4")
