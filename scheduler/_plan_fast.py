@@ -2,14 +2,16 @@
 
 Units: rates in tuples/s, internal times in seconds (``mean_ms`` converts).
 
-Only for models without broadcast edges, forward edges or output batching (``supported``). There,
-below saturation, the visit ratios do not depend on the parallelism and every per-hop delay is the
-constant network delay, so the model's end-to-end mean latency is exactly
+Only for models without broadcast or forward edges (``supported``). There, below saturation, the
+visit ratios do not depend on the parallelism, so the model's end-to-end mean latency is exactly
 
-    mean = C + sum_v w_v * sojourn_v
+    mean = C + sum_v w_v * sojourn_v + sum_e w_e * batching_e(p_u, p_v)
 
 with constant weights ``w_v`` (the share of the sinks' traffic that passed through v, from the
-flow-weighted path mixture) and ``C`` (the weighted network delays). ``sojourn_v`` depends on v's
+flow-weighted path mixture; ``w_e`` its split over v's in-edges), ``C`` (the weighted network
+delays) and, with output batching, each edge's buffer wait ``min(timeout, fill)/2``, exact once
+both ends are assigned and non-decreasing in both parallelisms (its least value, at the smallest
+allowed parallelisms, enters the bound of unassigned edges). ``sojourn_v`` depends on v's
 own parallelism and on the dispersion of v's input stream, which upstream operators raise through
 departure smoothing: ``stream_out = max(stream_in, rho^2 cs2 + (1 - rho^2) stream_in) >=
 stream_in``. Every step from a dispersion to the next is non-decreasing (thinning, splitting,
@@ -32,10 +34,7 @@ from modeler.queueing import CompiledModel, _superpose, _waiting
 
 
 def supported(compiled: CompiledModel) -> bool:
-    model = compiled.model
-    if any(e.grouping in ("broadcast", "forward") for e in model.edges):
-        return False
-    return not (model.buffer_timeout_ms > 0 and model.buffer_records > 1)
+    return not any(e.grouping in ("broadcast", "forward") for e in compiled.model.edges)
 
 
 class FastMean:
@@ -85,8 +84,35 @@ class FastMean:
                 w[e.u] += w[v] * flow[(e.u, v)] / tot
         self.w = w
         self.const_s = const
+        # Output batching adds min(timeout, fill time)/2 per hop, fill time = (records - 1) /
+        # (edge rate / channels), channels = p_u * p_v: an exact per-edge term of the mean once
+        # both ends are known, non-decreasing in both parallelisms.
+        model = c.model
+        self.batching = model.buffer_timeout_ms > 0 and model.buffer_records > 1
+        self.timeout_s = model.buffer_timeout_ms / 1000.0
+        self.records = model.buffer_records
+        self.edge_terms = [[] for _ in range(V)]
+        for v in range(V):
+            tot = sum(flow[(e.u, v)] for e in c.in_edges[v])
+            if tot > 0:
+                self.edge_terms[v] = [(e.u, w[v] * flow[(e.u, v)] / tot, flow[(e.u, v)] * self.rate)
+                                      for e in c.in_edges[v]]
 
     # ------------------------------------------------------------------ pieces
+    def batch_delay(self, v: int, p_v: np.ndarray, p_of) -> np.ndarray:
+        """Weighted output-batching wait (s) of the edges into v, as ``predict_batch`` adds it
+        to each hop; ``p_of(u)`` gives the rows' parallelism of u."""
+        out = np.zeros(len(p_v))
+        if not self.batching:
+            return out
+        for u, w_e, f in self.edge_terms[v]:
+            if f <= 0:
+                continue
+            per_channel = f / (np.asarray(p_of(u), dtype=float) * p_v.astype(float))
+            fill = (self.records - 1) / per_channel
+            out = out + w_e * np.minimum(self.timeout_s, fill) / 2.0
+        return out
+
     def service(self, v: int, p: np.ndarray) -> np.ndarray:
         return self.es_table[v][p]
 
@@ -250,7 +276,11 @@ class FastMean:
         soj = np.zeros((n, self.V))
         for v in range(self.V):
             soj[:, v], so[:, v] = self.step(v, P[:, v], so, floor)
-        return self.const_s + soj @ self.w, soj
+        mean = self.const_s + soj @ self.w
+        if self.batching:
+            for v in range(self.V):
+                mean = mean + self.batch_delay(v, P[:, v], lambda u: P[:, u])
+        return mean, soj
 
 
 # ----------------------------------------------------------------------------- search
@@ -314,6 +344,12 @@ class Knapsack:
         self.F = [w[v] * soj[: min(len(d), rows), v] for v, d in zip(ops, domains)]
         # Floor contribution of the fixed operators after each column (constant).
         fixed_floor = np.where(np.isin(np.arange(fm.V), ops), 0.0, w * soj[0])
+        if fm.batching:  # least batching wait of each operator's in-edges: all at their minimum
+            low = base.copy()
+            for v, d in zip(ops, domains):
+                low[v] = d[0]
+            fixed_floor = fixed_floor + np.array(
+                [fm.batch_delay(x, low[x:x + 1], lambda u: low[u:u + 1])[0] for x in range(fm.V)])
         self.fixed_after = np.concatenate([np.cumsum(fixed_floor[::-1])[::-1][1:], [0.0]])
         self.floor_const = fm.const_s + float(fixed_floor.sum())
         self.rows = rows
@@ -357,6 +393,13 @@ class Knapsack:
             out[t] = i
             r -= int(self.costs[t][i])
         return out
+
+    def p_of(self, u: int, idx: np.ndarray) -> np.ndarray:
+        """Parallelism of operator u in the rows ``idx`` (domain indices)."""
+        t = self.pos.get(u)
+        if t is None:
+            return np.full(len(idx), self.base[u])
+        return self.domains[t][idx[:, t]]
 
     def config(self, idx: np.ndarray) -> np.ndarray:
         idx = np.atleast_2d(idx)
@@ -412,8 +455,11 @@ class Knapsack:
                     return
             t = self.pos.get(v)
             if t is None:
-                soj, out = fm.step(v, np.full(len(rem), self.base[v], dtype=np.int64), so, floor=False)
+                p_v = np.full(len(rem), self.base[v], dtype=np.int64)
+                soj, out = fm.step(v, p_v, so, floor=False)
                 acc = acc + w[v] * soj
+                if fm.batching:
+                    acc = acc + fm.batch_delay(v, p_v, lambda u: self.p_of(u, idx))
                 so[:, v] = out
             else:
                 cost, F, S_next = self.costs[t], self.F[t], self.S[t + 1]
@@ -433,8 +479,11 @@ class Knapsack:
                 so_r = np.empty((len(r), V))
                 so_r[:, live] = so[np.ix_(r, live)]  # only columns later operators read
                 so = so_r
-                soj, out = fm.step(v, self.domains[t][ci[c]], so, floor=False)
+                p_v = self.domains[t][ci[c]]
+                soj, out = fm.step(v, p_v, so, floor=False)
                 acc = acc[r] + w[v] * soj
+                if fm.batching:
+                    acc = acc + fm.batch_delay(v, p_v, lambda u: self.p_of(u, idx))
                 so[:, v] = out
                 bound = acc + S_next[rem] + self.fixed_after[v]
                 keep = bound <= thr

@@ -56,10 +56,11 @@ How, and why it is optimal for the model (``modeler.queueing``):
    where latency drops most per instance) gives an incumbent and an upper bound on T; it is not
    trusted on its own: our latency is not separable (variability propagates between operators,
    tails come from the fitted mixture).
-2'. **The fast path** (``scheduler/_plan_fast.py``; models without broadcast edges, forward edges
-   or output batching, i.e. every group a single operator whose load does not depend on the
-   others). There the mean latency is exactly ``C + sum_v w_v sojourn_v`` with constant weights
-   (the path mixture's flow shares) and constant network terms, and ``sojourn_v`` depends on
+2'. **The fast path** (``scheduler/_plan_fast.py``; models without broadcast or forward edges,
+   i.e. every group a single operator whose load does not depend on the others). There the mean
+   latency is exactly ``C + sum_v w_v sojourn_v`` plus, with output batching, per-edge buffer
+   waits that are exact once both ends are assigned and smallest at the smallest parallelisms,
+   with constant weights (the path mixture's flow shares) and constant network terms; ``sojourn_v`` depends on
    p_v and on v's input dispersion, which upstream departure smoothing can only raise. (a) ``b``
    comes from the closed-form utilization over each whole domain. (b) One *floor* pass (no
    smoothing anywhere) gives per-operator tables ``f_v(p)`` that are lower bounds on v's

@@ -418,7 +418,7 @@ def test_tail_latency_is_not_monotone_so_plan_never_bounds_with_it():
 @st.composite
 def fast_cases(draw):
     """Random DAGs the fast search handles: shuffle and key edges, contention, pinned operators,
-    several sources, no broadcast, forward edges or batching."""
+    output batching; no broadcast or forward edges."""
     n = draw(st.integers(2, 5))
     ops = [{"name": "src", "role": "source", "parallelism": draw(st.integers(1, 2)),
             "arrival_scv": draw(st.sampled_from([0.5, 1.0, 3.0]))}]
@@ -444,8 +444,11 @@ def fast_cases(draw):
                                 "count": draw(st.sampled_from([8, 40]))}
             edges.append(edge)
         ops.append(op)
+    top = {}
+    if draw(st.integers(0, 3)) == 0:
+        top = {"buffer_timeout_ms": draw(st.sampled_from([0.5, 5.0])), "buffer_records": draw(st.sampled_from([2, 32]))}
     model = parse_model({"augury": 1, "job": "t", "operators": ops, "edges": edges,
-                         "network_delay_ms": draw(st.sampled_from([0.0, 0.05, 1.0]))})
+                         "network_delay_ms": draw(st.sampled_from([0.0, 0.05, 1.0])), **top})
     compiled = compile_model(model)
     top_cfg = {o.name: o.max_parallelism for o in model.operators if not o.is_source}
     top_pred = predict(compiled, top_cfg, 1.0)
@@ -509,8 +512,9 @@ def test_fast_mean_equals_predict_batch_and_floor_is_a_separable_lower_bound(cas
         for p in np.unique(P[:, v]):
             vals = floor_soj[P[:, v] == p, v]
             np.testing.assert_allclose(vals, vals[0], rtol=1e-12, atol=1e-15)
-    # The weights: the mean is C + sum_v w_v sojourn_v.
-    np.testing.assert_allclose(fm.const_s + soj @ fm.w, mean, rtol=1e-12)
+    # The weights: the mean is C + sum_v w_v sojourn_v (+ the batching waits, exact per edge).
+    batching = sum(fm.batch_delay(v, P[:, v], lambda u: P[:, u]) for v in range(P.shape[1]))
+    np.testing.assert_allclose(fm.const_s + soj @ fm.w + batching, mean, rtol=1e-12)
 
 
 @settings(max_examples=100, deadline=None,
