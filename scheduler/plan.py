@@ -872,9 +872,9 @@ def _fast_counts(prob: _Problem, fm: "_plan_fast.FastMean") -> tuple[np.ndarray 
 
 
 def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes: list[str]) -> Plan | None:
-    """The latency search for models without broadcast, forward edges or batching: best-first
-    over the instance count, a multiple-choice knapsack on the separable floor bound for the
-    root and the unassigned operators, exact per-operator sojourns for the assigned prefix
+    """The latency search for models without broadcast or forward edges: best-first over the
+    instance count, a multiple-choice knapsack on the separable floor bound for the root and the
+    unassigned operators, exact per-operator sojourns for the assigned prefix
     (``scheduler._plan_fast``). None when it cannot decide (then the general search runs)."""
     stat, slo, U = prob.stat, prob.slo, prob.U
     if any(len(g.domain) > 4096 for g in prob.var):
