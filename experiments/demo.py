@@ -5,9 +5,10 @@
 2. **Calibrate** a model from that history (``modeler.calibrate``) and compare it with the truth.
 3. **Forecast** the job's input rate for the next day from three weeks of the real NYC-taxi trace
    (scaled onto the job's capacity) at the 0.9 quantile (``modeler.forecast``).
-4. **Plan pre-emptively**: for every forecast interval, the fewest instances keeping every
-   instance at or below the utilization target for the highest forecast load of the next
-   ``lookahead`` (so a change is in place before the peak), issued ``lead time`` early.
+4. **Plan pre-emptively** with ``scheduler.schedule`` (the same code as ``augury schedule``):
+   each configuration is ``scheduler.plan`` for its segment's peak, in place ``lead time`` before
+   the forecast needs it, scaled down only after the forecast stayed low for the stabilization
+   period, at most ``max_reconfigurations_per_day`` changes, never below the load measured now.
 5. **Replay** the next day, time-compressed, on the testbed closed-loop for augury's schedule, the
    Flink-autoscaler rules (reactive, DS2-based, with their defaults scaled by the compression) and
    static peak provisioning; report SLO-violation minutes, instance-hours and reconfigurations.
@@ -17,9 +18,8 @@ Everything is logged to one mlflow run. Times in the report are trace (wall-cloc
 
 from __future__ import annotations
 
-import math
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from modeler.modelfile import JobModel
-from modeler.queueing import compile_model, predict, predict_batch
+from modeler.queueing import predict
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,10 @@ class DemoConfig:
     quantile: float = 0.9
     lead_time_s: float = 600.0
     """Reconfigurations are issued this long (trace s) before the forecast load needs them."""
-    lookahead_s: float = 7200.0
-    """Each interval is planned for the highest forecast of the next lookahead (trace s)."""
+    stabilization_s: float = 3600.0
+    """The forecast must stay low this long (trace s) before the schedule scales down."""
+    max_reconfigurations_per_day: int = 6
+    """Most changes the pre-emptive schedule makes in any 24 h."""
     latency_slo_ms: float = 50.0
     """A window violates the SLO when its sink p99 latency exceeds this or input backs up."""
     record_seconds: float = 30.0
@@ -83,64 +85,6 @@ class DemoReport:
     plots: tuple[str, ...]
     mlflow_run_id: str | None
     out_dir: str
-
-
-# ----------------------------------------------------------------- planning
-
-
-def minimal_config(model: JobModel, rate: float, utilization_target: float) -> dict[str, int]:
-    """Fewest instances per operator keeping every instance at or below the utilization target.
-
-    Below saturation an operator's hottest-instance utilization depends only on its own
-    parallelism (arrival rates follow from the input rate), so the per-operator minima are the
-    optimum of this utilization-only problem. Operators tied by forward edges take their
-    group's maximum. Raises ``InfeasibleDemo`` when an operator cannot meet the target.
-    """
-    compiled = compile_model(model)
-    names = compiled.names
-    config = {}
-    for j, name in enumerate(names):
-        op = model.operator(name)
-        lo, hi = op.min_parallelism, op.max_parallelism
-        if op.is_source and op.service_time_ms is None:
-            config[name] = op.parallelism
-            continue
-        candidates = np.tile(np.array([model.config[n] for n in names]), (hi - lo + 1, 1))
-        candidates[:, j] = np.arange(lo, hi + 1)
-        batch = predict_batch(compiled, candidates, np.full(len(candidates), rate))
-        ok = np.flatnonzero(batch.max_utilization[:, j] * np.maximum(1.0, rate / np.maximum(
-            batch.throughput, 1e-12)) <= utilization_target)
-        if not len(ok):
-            raise InfeasibleDemo(f"{name}: even {hi} instances exceed utilization {utilization_target}")
-        config[name] = int(lo + ok[0])
-    for group in compiled.forward_groups:
-        top = max(config[names[j]] for j in group)
-        for j in group:
-            config[names[j]] = top
-    return config
-
-
-class InfeasibleDemo(RuntimeError):
-    pass
-
-
-def preemptive_schedule(model: JobModel, forecast: pd.Series, cfg: DemoConfig) -> pd.DataFrame:
-    """Timeline of configurations: at each forecast step, the minimal config for the highest
-    forecast load of the next lookahead; changes issued ``lead_time`` early (trace time)."""
-    step = (forecast.index[1] - forecast.index[0]).total_seconds()
-    ahead = max(1, int(math.ceil(cfg.lookahead_s / step)))
-    values = forecast.to_numpy(float)
-    rows = []
-    previous = None
-    for k, ts in enumerate(forecast.index):
-        need = float(values[k:k + ahead].max())
-        config = minimal_config(model, need, cfg.utilization_target)
-        if config != previous:
-            rows.append({"needed_at": ts, "issue_at": ts - pd.Timedelta(seconds=cfg.lead_time_s),
-                         "planned_rate": need, "config": config,
-                         "instances": sum(v for n, v in config.items() if not model.operator(n).is_source)})
-            previous = config
-    return pd.DataFrame(rows)
 
 
 # ------------------------------------------------------------------ replay
@@ -182,6 +126,9 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     from history.spark import spark_session
     from modeler.forecast import Forecaster
     from modeler.modelfile import load_model, to_graph
+    from scheduler.plan import PlanConfig, plan
+    from scheduler.schedule import ScheduleConfig
+    from scheduler.schedule import schedule as make_schedule
 
     out = Path(cfg.out_dir or tempfile.mkdtemp(prefix="augury-demo-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -217,14 +164,18 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     steps = int(round(86400 / step_s))
     fc = result.forecast(steps, quantiles=(cfg.quantile,))
     forecast = pd.Series(np.asarray(fc.quantiles[cfg.quantile], float), index=pd.DatetimeIndex(fc.timestamps))
-    schedule = preemptive_schedule(model, forecast, cfg)
+    plan_cfg = PlanConfig(utilization_target=cfg.utilization_target, latency_slo_ms=cfg.latency_slo_ms)
+    timeline = make_schedule(model, forecast, float(history.iloc[-1]), ScheduleConfig(
+        lead_time_s=cfg.lead_time_s, stabilization_s=cfg.stabilization_s,
+        max_reconfigurations_per_day=cfg.max_reconfigurations_per_day, plan=plan_cfg))
+    schedule = pd.DataFrame([r.to_dict() for r in timeline.reconfigurations])
     schedule.to_csv(out / "schedule.csv", index=False)
 
     # 5. Replay the day closed-loop for each policy.
     load = load_trace(cfg.trace_file, speedup=cfg.speedup, scale=scale, start=str(day0),
                       duration_s=86400 / cfg.speedup)
-    peak_config = minimal_config(model, float(forecast.max()), cfg.utilization_target)
-    issue_s = [((row.issue_at - day0).total_seconds(), row.config) for row in schedule.itertuples()]
+    peak_config = dict(plan(model, float(forecast.max()), plan_cfg).config)
+    issue_s = [((r.issue_at - day0).total_seconds(), dict(r.config)) for r in timeline.reconfigurations]
 
     def augury_decide(now_s, stats, config):
         due = [c for t, c in issue_s if t <= now_s + cfg.window_s * cfg.speedup]

@@ -21,6 +21,8 @@ def test_quick_demo_end_to_end(tmp_path, capsys, traces_dir):
     # Calibration through ingest + Spark recovers the testbed's truth.
     assert max(abs(v) for v in out["calibration"]["errors"].values()) < 0.05
     assert out["reconfigurations_planned"] >= 1
+    # The pre-emptive schedule (scheduler.schedule) keeps its daily budget of 6 changes.
+    assert out["policies"]["augury"]["reconfigurations"] <= 6
     assert all(Path(p).is_file() for p in out["plots"]) and out["mlflow_run_id"]
 
 
