@@ -862,7 +862,9 @@ def _fast_counts(prob: _Problem, fm: "_plan_fast.FastMean") -> tuple[np.ndarray 
         util = fm.max_utilization(v, g.domain)
         ok = (util <= prob.U * (1 + _UTIL_EPS)) & (util < 1 - 1e-12)
         # The whole domain is known: the general search's utilization cache needs no scans.
-        prob.util_cache[j].update(zip(g.domain.tolist(), np.where(util < 1 - 1e-12, util, np.inf).tolist()))
+        # (>= 1 means saturated: kept as a number above any target, so reasons can quote it)
+        prob.util_cache[j].update(zip(g.domain.tolist(),
+                                      np.where(util < 1 - 1e-12, util, np.maximum(util, 1 + 1e-6)).tolist()))
         prob.scanned_to[j] = len(g.domain) - 1
         if not ok.any():
             reasons.append(prob._util_reason(j))
