@@ -2,8 +2,12 @@
 re-scheduling every few hours, stitch the executed timeline, replay it through ``predict``
 against the *actual* trace.
 
-    python -m experiments.schedule_eval [--quick] [--trace taxi|wc98] [--quantile Q]
-                                        [--budget N] [--replan 2h] [--plot-dir DIR]
+    python -m experiments.schedule_eval [--trace taxi|wc98] [--quantile Q] [--budget N]
+                                        [--reserve R] [--replan 2h] [--days D]
+                                        [--trigger F] [--headroom H] [--plot-dir DIR]
+
+Defaults: both traces, budgets 12 and 6 a day with a third of them reserved for reactive
+changes, the forecast quantile per trace (taxi 0.9, WC98 0.95; see ``TRACE_SPECS``).
 
 Model: ``examples/wordcount.yaml`` (split 0.5 ms, count 0.2 ms x 7 words per line, Zipf key
 skew, max parallelism 128). Each trace is scaled linearly so that its highest value over the
@@ -56,14 +60,20 @@ class Trace:
     test_days: float
     step_s: float
     """Forecast / planning step (the trace is aggregated to it by the max per step)."""
+    quantile: float = 0.9
+    """Forecast quantile the capacity covers by default for this trace."""
 
 
 TRACE_SPECS = {
     # Taxi: 30-min native; two weeks of October 2014 (no labelled anomaly in them or in the
     # week before, which calibrates the forecast quantiles).
-    "taxi": Trace("taxi", "nab_nyc_taxi.csv", "2014-10-06", 14.0, 1800.0),
+    # q0.9: higher quantiles reach the steep end of the model's cost curve (the hot key of
+    # `count` caps the job near 5,000 lines/s) and cost 2-3x a static peak configuration.
+    "taxi": Trace("taxi", "nab_nyc_taxi.csv", "2014-10-06", 14.0, 1800.0, 0.9),
     # WC98: 1-min native; the tournament, 1998-06-10 .. 1998-07-12 (the final) inclusive.
-    "wc98": Trace("wc98", "wc98_requests_per_minute.csv", "1998-06-10", 33.0, 900.0),
+    # q0.95: match-time spikes (x3-x8 within minutes) are not forecast to the hour; at q0.9 the
+    # reactive changes they need do not fit a budget of 6 a day (1.3 % violations).
+    "wc98": Trace("wc98", "wc98_requests_per_minute.csv", "1998-06-10", 33.0, 900.0, 0.95),
 }
 
 
@@ -324,7 +334,8 @@ def max_per_day_of(executed) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.schedule_eval", description=__doc__.splitlines()[0])
     ap.add_argument("--trace", action="append", choices=sorted(TRACE_SPECS), help="default: both")
-    ap.add_argument("--quantile", type=float, action="append", help="default 0.95")
+    ap.add_argument("--quantile", type=float, action="append",
+                    help="default: per trace (taxi 0.9, wc98 0.95)")
     ap.add_argument("--budget", type=int, action="append", help="default 12 and 6")
     ap.add_argument("--replan", default="2h")
     ap.add_argument("--days", type=float, default=None, help="shorter test period (days)")
@@ -339,7 +350,6 @@ def main(argv=None) -> int:
     from augury.commands._common import parse_duration_s
 
     traces = args.trace or ["taxi", "wc98"]
-    quantiles = args.quantile or [0.95]
     budgets = args.budget or [12, 6]
     replan = parse_duration_s(args.replan, "--replan")
     print(f"model {MODEL_FILE.name}, each trace scaled so its highest value = {PEAK_RATE:g} lines/s; "
@@ -347,7 +357,7 @@ def main(argv=None) -> int:
     worst = 0.0
     for name in traces:
         spec = TRACE_SPECS[name]
-        for q in quantiles:
+        for q in args.quantile or [spec.quantile]:
             for b in budgets:
                 plot = None
                 if args.plot_dir:
