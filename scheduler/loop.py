@@ -13,8 +13,11 @@ rates in tuples/s, latencies in ms.
   logged actions whose effect has settled (outcome, blacklist strike, undo of a failed
   scale-down).
 * **decide**: with a trusted model, when the configuration in force leaves the utilization band
-  (or misses the latency SLO) at the offered rate plus backlog drain, plan in one step with the
-  planner (``scheduler.plan.plan``); otherwise the reactive resolvers propose. Slow instances are
+  (or misses the latency SLO) at the offered rate, or at the forecast when a ``load_forecast`` is
+  given (``scheduler.forecasting``: sizes for ``max(offered, forecast over the lead time)``), or
+  when a plan would save at least ``scale_down_saving`` of the instances, plan in one step with
+  the planner (``scheduler.plan.plan``), a backlog drained with the target's headroom; otherwise
+  the reactive resolvers propose. Slow instances are
   restarted and data skew reported in either case. Guard rails then apply: min/max parallelism,
   maximum change per step, stabilization after an action, scale-down delay (with the highest
   recommendation over the delay), blackout windows, the blacklist, and advisor mode.
@@ -52,6 +55,11 @@ class InstanceRestarter(Protocol):
 
 
 Planner = Callable[[JobModel, float], Any]
+LoadForecast = Callable[[float], "float | None"]
+"""``(now_s) -> the highest forecast input rate (tuples/s) from now until a change decided now
+would be in place (lead time)``, or None when there is no forecast for now. On the trusted path
+the loop sizes for ``max(offered, forecast)``: scale-ups happen before a forecast rise, and a
+scale-down never goes below what the forecast needs (see ``scheduler.forecasting``)."""
 """``(model, rate) -> Plan`` (``scheduler.plan.Plan``: ``.config``, ``.feasible``, ``.prediction``,
 ``.reasons``)."""
 
@@ -268,7 +276,8 @@ class ControlLoop:
 
     def __init__(self, model: JobModel, source: MetricsSource, actuator: Actuator,
                  config: LoopConfig = LoopConfig(), store: StateStore | None = None,
-                 planner: Planner | None = None) -> None:
+                 planner: Planner | None = None, load_forecast: LoadForecast | None = None) -> None:
+        self.load_forecast = load_forecast
         self.config = config
         self.source = source
         self.actuator = actuator
@@ -537,9 +546,22 @@ class ControlLoop:
         return Decision(kind="none", path=path, config=None, reasons=reasons or ("nothing to do",),
                         reports=reports, blocked=tuple(blocked), advisor=advisor)
 
+    def _forecast_rate(self, w: JobWindow) -> tuple[float | None, str | None]:
+        if self.load_forecast is None:
+            return None, None
+        try:
+            ahead = self.load_forecast(w.end_s)
+        except Exception as err:  # noqa: BLE001 - a failed forecast leaves the reactive sizing
+            return None, f"forecast unavailable ({_err(err)})"
+        if ahead is None or not math.isfinite(float(ahead)) or float(ahead) < 0:
+            return None, None
+        return float(ahead), None
+
     def _model_proposal(self, w: JobWindow, current: Mapping[str, int]) -> Proposal | None:
         c = self.config
-        rate = w.offered_rate
+        offered = w.offered_rate
+        ahead, forecast_note = self._forecast_rate(w)
+        rate = max(offered, ahead) if ahead is not None else offered
         known = {k: v for k, v in current.items() if k in self.model.config}
         pred = predict(self.model, known, rate)
         hottest = max((o.max_utilization for o in pred.operators.values()), default=0.0)
@@ -547,7 +569,7 @@ class ControlLoop:
         lo, hi = c.utilization_band
         slo_miss = c.latency_slo_ms is not None and (lat is None or lat > c.latency_slo_ms)
         high = pred.saturated or hottest > hi or slo_miss
-        drained = w.backlog <= max(rate, 1.0)
+        drained = w.backlog <= max(offered, 1.0)
         low = not high and hottest < lo and drained
         plan = None
         if not (high or low) and drained and hottest < c.utilization_target:
@@ -575,11 +597,15 @@ class ControlLoop:
                f"{c.latency_stat} latency {lat} ms > SLO {c.latency_slo_ms} ms" if slo_miss else
                f"hottest instance at {hottest:.0%} (band {lo:.0%}-{hi:.0%})" if high or hottest < lo else
                f"hottest instance at {hottest:.0%}, sized for more than the offered rate needs")
-        reasons = [f"model: at {rate:,.0f}/s offered the configuration in force is {why}",
-                   f"planned for {eff:,.0f}/s (offered; backlog {w.backlog:,.0f} drained within "
+        load = (f"{offered:,.0f}/s offered" if rate == offered else
+                f"{rate:,.0f}/s forecast within the lead time ({offered:,.0f}/s offered now)")
+        reasons = [f"model: at {load} the configuration in force is {why}",
+                   f"planned for {eff:,.0f}/s (backlog {w.backlog:,.0f} drained within "
                    f"{c.catch_up_s:g}s at <= {c.catch_up_utilization:.0%} busy): "
                    f"{_fmt_config(target)}" + ("" if plan.feasible else " (closest; infeasible)")]
         reasons += list(getattr(plan, "reasons", ()))[:3]
+        if forecast_note:
+            reasons.append(forecast_note)
         p = plan.prediction
         expected = {"busy_max": max((o.max_utilization for o in p.operators.values()), default=0.0),
                     "throughput": p.throughput, "backpressure_max": 0.0}

@@ -24,6 +24,10 @@ The TOML config (``docs/control-loop.md``)::
     [guard]
     advisor = false
     min_parallelism = 1 ...                # every GuardRails field
+    [forecast]                             # optional: size for max(offered, forecast) when trusted
+    store = "store"                        # history store (its source_rates), or series = "rates.csv"
+    quantile = 0.9                         # and any other LoadForecastConfig field
+    lookahead_s = 600.0
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from pathlib import Path
 from augury.commands._common import parse_duration_s
 from augury.errors import UsageError
 
-_SECTIONS = {"job", "metrics", "actuator", "slo", "intervals", "guard", "trust", "reactive", "blacklist"}
+_SECTIONS = {"job", "metrics", "actuator", "slo", "intervals", "guard", "trust", "reactive", "blacklist",
+             "forecast"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -138,7 +143,41 @@ def load_run_config(path: str) -> dict:
         raise _fail(path, "actuator.kind", actuator, "the flink-rest actuator needs metrics.source = \"flink\"")
     if source == "flink":
         spec.update(_flink_spec(path, metrics, actuator_raw, actuator, cfg))
+    spec["forecast"] = _forecast_spec(path, base, raw.get("forecast"), model_path)
     return spec
+
+
+def _forecast_spec(path: str, base: Path, raw: dict | None, model_path: str):
+    """``[forecast]``: ``store`` (history store directory; ``job`` defaults to the model's job) or
+    ``series`` (a timestamp,value CSV of input rates, tuples/s), plus LoadForecastConfig fields.
+    Returns the loop's ``load_forecast`` callable or None."""
+    if not raw:
+        return None
+    from scheduler.forecasting import HistoryLoadForecast, LoadForecastConfig, series_history, store_history
+
+    f = dict(raw)
+    store, series, job = f.pop("store", None), f.pop("series", None), f.pop("job", None)
+    if (store is None) == (series is None):
+        raise _fail(path, "forecast.store", store, "give exactly one of forecast.store and forecast.series")
+    config = _dataclass_from(LoadForecastConfig, f, path, "forecast")
+    try:
+        config.check()
+    except Exception as err:  # SchedulerError names the field
+        raise _fail(path, getattr(err, "field", "forecast"), getattr(err, "value", None),
+                    getattr(err, "message", str(err))) from None
+    if store is not None:
+        where = base / str(store)
+        if not where.is_dir():
+            raise _fail(path, "forecast.store", store, "no such store directory")
+        if job is None:
+            from modeler.modelfile import load_model
+
+            job = load_model(model_path).job
+        return HistoryLoadForecast(store_history(where, str(job)), config)
+    where = base / str(series)
+    if not where.is_file():
+        raise _fail(path, "forecast.series", series, "no such file")
+    return HistoryLoadForecast(series_history(where), config)
 
 
 def _flink_spec(path: str, metrics: dict, actuator_raw: dict, actuator: str, cfg) -> dict:
@@ -197,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
                  faults=faults)
     actuator = tb if spec["actuator"] == "testbed" else InMemoryActuator(tb.current())
     store = SQLiteStateStore(spec["state"]) if spec["state"] else InMemoryStateStore()
-    loop = ControlLoop(model, tb, actuator, spec["loop"], store=store)
+    loop = ControlLoop(model, tb, actuator, spec["loop"], store=store, load_forecast=spec["forecast"])
     sim_clock = lambda: tb.now_s  # noqa: E731 - the testbed's time is simulated
 
     def show(step):
@@ -249,7 +288,7 @@ def _run_flink(args: argparse.Namespace, spec: dict, duration: float | None) -> 
     else:
         actuator = DryRunActuator(graph.config(), out=str(spec["base"] / f["out"]) if f["out"] else sys.stderr)
     store = SQLiteStateStore(spec["state"]) if spec["state"] else InMemoryStateStore()
-    loop = ControlLoop(model, source, actuator, spec["loop"], store=store)
+    loop = ControlLoop(model, source, actuator, spec["loop"], store=store, load_forecast=spec["forecast"])
     loop.run(iterations=args.iterations, duration_s=duration, wait=lambda s: None, on_step=_shower(args),
              clock=time.monotonic)
     return 0
