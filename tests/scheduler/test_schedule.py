@@ -152,3 +152,33 @@ def test_reserved_reconfigurations_stay_free_in_every_window():
     assert (s.steps["capacity"] >= s.steps["forecast"] * (1 - 1e-9)).all()
     with pytest.raises(SchedulerError):
         ScheduleConfig(max_reconfigurations_per_day=3, reserved_reconfigurations=3).check()
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.floats(min_value=0, max_value=HIGH), min_size=4, max_size=48),
+       budget=st.integers(min_value=1, max_value=8), reserved=st.integers(min_value=0, max_value=3),
+       n_recent=st.integers(min_value=0, max_value=4))
+def test_invariants_budget_and_capacity(values, budget, reserved, n_recent):
+    reserved = min(reserved, budget - 1)
+    forecast = pd.Series(values, index=IDX[:len(values)])
+    now = IDX[0] - pd.Timedelta(minutes=30)
+    recent = [now - pd.Timedelta(hours=2 * (k + 1)) for k in range(n_recent)]
+    cfg = ScheduleConfig(max_reconfigurations_per_day=budget, reserved_reconfigurations=reserved)
+    s = schedule(MODEL, forecast, float(values[0]), cfg, now=now, recent_issues=recent)
+    from scheduler.schedule import max_per_day
+
+    issued = recent + [r.issue_at for r in s.changes()]
+    over_budget = any("exceed the budget" in r for r in s.reasons)
+    # The budget holds unless the changes before now plus the one at now already break it.
+    assert over_budget or max_per_day(issued) <= budget
+    assert over_budget == (max_per_day(issued) > budget)
+    # Capacity covers the forecast at every step (scale-ups are in place when needed).
+    assert (s.steps["capacity"] >= s.steps["forecast"] * (1 - 1e-9)).all()
+    # Issue times never decrease and every change takes effect a lead time after it is issued.
+    times = [r.issue_at for r in s.reconfigurations]
+    assert times == sorted(times)
+    for r in s.changes()[1:]:
+        assert r.effective_at - r.issue_at == pd.Timedelta(seconds=cfg.lead_time_s)
