@@ -19,13 +19,14 @@ Everything is logged to one mlflow run. Times in the report are trace (wall-cloc
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from experiments.replay import ReplayResult
 from modeler.modelfile import JobModel
 from modeler.queueing import predict
 
@@ -66,22 +67,13 @@ class DemoConfig:
 
 
 @dataclass(frozen=True)
-class PolicyResult:
-    policy: str
-    violation_minutes: float
-    instance_hours: float
-    reconfigurations: int
-    windows: int
-    timeline: pd.DataFrame = field(repr=False, compare=False)
-
-
-@dataclass(frozen=True)
 class DemoReport:
     calibration_errors: Mapping[str, float]
     calibration_trust: float
     forecast_method: str
     schedule: pd.DataFrame
-    results: tuple[PolicyResult, ...]
+    results: tuple[ReplayResult, ...]
+    """Per policy; each timeline's time column is ``t_trace_s``."""
     plots: tuple[str, ...]
     mlflow_run_id: str | None
     out_dir: str
@@ -91,7 +83,7 @@ class DemoReport:
 
 
 def replay(truth: JobModel, load, cfg: DemoConfig, initial: Mapping[str, int], policy_name: str,
-           decide: Callable[[float, dict, dict], dict | None], duration_s: float) -> PolicyResult:
+           decide: Callable[[float, dict, dict], dict | None], duration_s: float) -> ReplayResult:
     """Run the testbed over the first ``duration_s`` simulated seconds of ``load`` with
     ``decide(now_trace_s, stats, config)`` called after each window (``experiments.replay.drive``)."""
     from experiments.replay import ReplayConfig, drive
@@ -108,10 +100,7 @@ def replay(truth: JobModel, load, cfg: DemoConfig, initial: Mapping[str, int], p
     rcfg = ReplayConfig(window_s=cfg.window_s, time_scale=cfg.speedup, restart_s=cfg.restart_s,
                         latency_slo_ms=cfg.latency_slo_ms, backlog_slo_s=1.0, seed=cfg.seed)
     r = drive(truth, load, _Decide(), rcfg, initial, duration_s)
-    timeline = r.timeline.rename(columns={"t_s": "t_trace_s"})
-    return PolicyResult(policy=policy_name, violation_minutes=r.violation_minutes,
-                        instance_hours=r.instance_hours, reconfigurations=r.reconfigurations,
-                        windows=r.windows, timeline=timeline)
+    return replace(r, timeline=r.timeline.rename(columns={"t_s": "t_trace_s"}))
 
 
 # -------------------------------------------------------------------- the run
