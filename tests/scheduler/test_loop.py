@@ -178,3 +178,33 @@ def test_action_log_and_blacklist_survive_a_restart(tmp_path):
     assert again.trust.state == loop.trust.state and again.last_action_s == loop.last_action_s
     again.run(iterations=2, wait=job.advance)
     assert len(again.store.actions()) >= len(actions)
+
+
+def test_a_scale_down_that_did_not_help_is_undone_and_blacklisted():
+    # A trusted model whose planner proposes too small a configuration: the scale-down saturates
+    # the job, is judged against its expectation once settled, undone, and banned for its key.
+    from types import SimpleNamespace
+
+    from modeler.queueing import predict
+    from scheduler.state import load_band
+
+    job, model, cfg = _setup(rate=1500.0, config={"a": 8, "b": 4}, evaluate_after_s=20.0, catch_up_s=30.0,
+                             guard=GuardRails(stabilization_s=30, settle_s=0, scale_down_delay_s=0))
+
+    def too_small(m, rate):
+        c = {"source": 1, "a": 1, "b": 1}
+        return SimpleNamespace(config=c, feasible=True, prediction=predict(m, c, rate), reasons=())
+
+    loop = ControlLoop(model, job, job, cfg, planner=too_small)
+    loop.trust.restore({"state": "trusted", "good_streak": 3})
+    steps = loop.run(iterations=10, wait=job.advance)
+    assert [c for _, c in job.applied] == [{"a": 1, "b": 1}, {"a": 8, "b": 4}]
+    first = next(r for r in loop.store.actions() if r.diagnosis == "planned")
+    assert first.outcome == "did_not_help" and first.measured["busy_max"] >= 0.98
+    assert any(s.decision.kind == "undo" and s.result.applied for s in steps)
+    band = load_band(1500.0)
+    assert {e.key for e in loop.store.blacklist()} == {("scale", "a", "planned", band),
+                                                       ("scale", "b", "planned", band)}
+    assert all(e.until_s > steps[-1].at_s for e in loop.store.blacklist())
+    # the same scale-down is proposed again and blocked by the blacklist
+    assert any("blacklisted: scale a for planned" in b for s in steps for b in s.decision.blocked)

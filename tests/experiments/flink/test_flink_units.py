@@ -72,9 +72,9 @@ def _values(graph, n_in, busy, idle):
 class FakeSource(FlinkMetricsSource):
     """The real windowing over scripted samples (no HTTP)."""
 
-    def __init__(self, samples, window_s=10.0):
+    def __init__(self, samples, window_s=10.0, mode="counters"):
         self.now = 100.0
-        super().__init__("http://x", "j", FlinkMetricsConfig(window_s=window_s, max_wait_windows=2),
+        super().__init__("http://x", "j", FlinkMetricsConfig(window_s=window_s, max_wait_windows=2, mode=mode),
                          clock=lambda: self.now, sleep=self._advance)
         self.samples = list(samples)
 
@@ -154,3 +154,35 @@ def test_a_source_that_counts_no_records_in_accepted_what_it_sent():
     assert src["records_in"] == src["records_out"] == pytest.approx(1000)
     agg = frame[frame["operator"] == "Aggregate"].set_index("metric")["value"]
     assert agg["records_in"] == pytest.approx(1000)
+
+
+def _gauges(graph, per_s, busy_ms_per_s):
+    return {(v.operator, i): {"numRecordsInPerSecond": per_s / v.parallelism,
+                              "numRecordsOutPerSecond": per_s / v.parallelism,
+                              "busyTimeMsPerSecond": busy_ms_per_s, "backPressuredTimeMsPerSecond": 0.0,
+                              "idleTimeMsPerSecond": 1000.0 - busy_ms_per_s}
+            for v in graph.vertices for i in range(v.parallelism)}
+
+
+def test_rates_mode_reads_the_60s_gauges_only_once_they_cover_one_configuration():
+    # Flink's *PerSecond gauges average the last 60 s (refreshed every 5 s): a sample at t is the
+    # window [t - 60, t], emitted only once every subtask has run 60 + 5 + fetch interval seconds.
+    old, new = _graph(1, start=1_000), _graph(2, start=150_000)  # rescaled at t = 150 s
+    src = FakeSource([(old, _gauges(old, 200.0, 400.0)), (new, _gauges(new, 300.0, 300.0)),
+                      (new, _gauges(new, 300.0, 300.0))], mode="rates")
+    first = src.read()  # sampled at t = 120: the old configuration has run 119 s
+    assert first.window_s == 60.0 and first.as_of_s == 120.0 and first.config["Aggregate"] == 1
+    frame = first.to_frame()
+    agg = frame[frame["operator"] == "Aggregate"].set_index("metric")["value"]
+    assert agg["records_in"] == pytest.approx(200.0 * 60) and agg["busy_ms"] == pytest.approx(400.0 * 60)
+    assert set(frame["ts"]) == {"1970-01-01T00:01:00+00:00"}
+    # t = 180: the new configuration has run 30 s, its gauges still average the old one: skipped;
+    # t = 240: 90 s >= 66 s, the window [180, 240] is the new configuration's alone
+    second = src.read(first.as_of_s)
+    assert second.as_of_s == 240.0 and second.config["Aggregate"] == 2
+    frame = second.to_frame()
+    assert set(frame["ts"]) == {"1970-01-01T00:03:00+00:00"}
+    agg = frame[frame["operator"] == "Aggregate"]
+    assert set(agg["instance"]) == {0, 1}
+    assert agg[agg["metric"] == "records_in"]["value"].sum() == pytest.approx(300.0 * 60)
+    assert set(agg[agg["metric"] == "parallelism"]["value"]) == {2.0}
