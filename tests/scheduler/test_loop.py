@@ -156,6 +156,9 @@ def test_fault_injection_1000_iterations():
         prev = dict(job.config)
     assert flaky.read_ok.count(False) > 200
     assert acted_steps >= 5 and len(job.applied) >= 3
+    # stabilization: no two changes closer than stabilization_s (the job's clock)
+    times = [t for t, _ in job.applied]
+    assert all(b - a >= g.stabilization_s for a, b in zip(times, times[1:])), times
     assert any(r.outcome == "failed" for r in loop.store.actions()) or len(flaky.applies) < 10
 
 
