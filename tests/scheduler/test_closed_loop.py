@@ -79,6 +79,8 @@ def test_slow_instance_is_diagnosed_and_restarted():
     split = {d.operator: d for d in first.evaluation.diagnoses}["split"]
     assert split.causes == ("slow_instance",)
     assert not any(s.decision.kind == "scale" and "split" in s.decision.operators for s in steps)
+    # resolved: the restart is judged against its expectation once settled (skew gone)
+    assert [r.outcome for r in loop.store.actions() if r.kind == "restart_instance"] == ["helped"]
 
 
 def test_hot_key_is_reported_as_data_skew_with_its_key_group():
