@@ -116,6 +116,24 @@ def test_malformed_yaml_names_the_file(tmp_path):
     with pytest.raises(ModelError, match="malformed model file") as err:
         load_model(file)
     assert str(file) in str(err.value)
+    # No field can be named in text that does not parse: the position stands in for it.
+    assert "line 2, column 14" in str(err.value)
+
+
+def test_malformed_json_names_the_file_and_position(tmp_path):
+    file = tmp_path / "broken.json"
+    file.write_text('{"augury": 1, "operators": [}')
+    with pytest.raises(ModelError, match="malformed model file") as err:
+        load_model(file)
+    assert str(file) in str(err.value) and "line 1 column 29" in str(err.value)
+
+
+def test_cycle_error_names_the_edges_and_the_cycle():
+    data = _mutated(("edges",), BASE["edges"] + [{"from": "count", "to": "split"}])
+    with pytest.raises(ModelError, match="cycle") as err:
+        parse_model(data)
+    assert err.value.field == "edges"
+    assert "field 'edges' = 'split -> count -> split'" in str(err.value)
 
 
 def test_missing_file():
