@@ -28,11 +28,10 @@ EXIT_FAILURE = 3
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse exits with 2 on bad usage already; keep its message one line."""
+    """argparse exits with 2 on bad usage already; keep its message one line (no usage block)."""
 
-    def error(self, message: str) -> None:  # pragma: no cover - argparse path
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_BAD_INPUT, f"augury: error: {message}\n")
+    def error(self, message: str) -> None:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

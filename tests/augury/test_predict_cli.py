@@ -51,3 +51,17 @@ def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["predict", WORDCOUNT], "--rate"),
+    (["predict", WORDCOUNT, "--rate", "5", "--bogus"], "--bogus"),
+])
+def test_usage_errors_exit_2_with_one_line(argv, needle, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    # argparse reports unknown flags from the top-level parser ("augury: error: ...").
+    assert err.startswith("augury") and "error:" in err and needle in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
