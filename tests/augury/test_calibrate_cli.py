@@ -47,6 +47,11 @@ def test_calibrate_writes_a_usable_model_and_logs_to_mlflow(tmp_path, capsys):
 
     run = mlflow.get_run(summary["mlflow_run_id"])
     assert run.data.metrics["calibration.a.service_time_ms"] == pytest.approx(1.0)
+    assert "calibration.a.service_time_holdout_error" in run.data.metrics and "trust" in run.data.metrics
+    assert run.data.params["job"] == "j" and run.data.params["windows"] == str(len(ops[ops["job"] == "j"]))
+    # the model file itself is the run's artifact
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(summary["mlflow_run_id"])}
+    assert artifacts == {"model.yaml"}
 
 
 def test_since_filters_windows(tmp_path, capsys):

@@ -190,3 +190,61 @@ def test_topology_file_grouping_is_kept():
     ops, edges = _chain_history(rows)
     model = calibrate(ops, edges, topology=topo)
     assert next(e for e in model.edges if e.target == "b").grouping == "broadcast"
+
+
+def test_diagnostics_by_hand():
+    rows = [{"parallelism": 2, "processed_rate": 100.0, "busy_fraction_mean": 0.5, "service_time_ms": s}
+            for s in (1.0, 1.2, 0.8)]
+    ops, edges = _chain_history(rows)
+    cal = Calibrator().fit(ops, edges)
+    fit = cal.operators_["a"].service_time_ms
+    assert fit.value == pytest.approx(1.0) and fit.samples == 3
+    # IQR / median: percentiles 25 / 75 of (0.8, 1.0, 1.2) are 0.9 and 1.1
+    assert fit.spread == pytest.approx(0.2)
+    # 3 folds, one window held out each: |1.0 - 1.0|/1.0, |1.2 - 0.9|/1.2, |0.8 - 1.1|/0.8 -> median 0.25
+    assert fit.holdout_error == pytest.approx(0.25)
+    assert fit.trust == pytest.approx(np.exp(-2.5) * 0.3)
+    # b (0.5 ms in every window) fits perfectly but from 3 samples only; the weakest parameter wins
+    assert cal.operators_["b"].service_time_ms.trust == pytest.approx(0.3)
+    assert cal.trust_ == pytest.approx(fit.trust)
+    section = cal.model_.calibration["operators"]["a"]["service_time_ms"]
+    assert section["samples"] == 3 and section["holdout_error"] == pytest.approx(0.25)
+
+
+def test_edge_with_too_few_windows_of_traffic_is_refused():
+    rows = [{"parallelism": 2, "processed_rate": 1000.0, "busy_fraction_mean": 0.5, "service_time_ms": 1.0}] * 4
+    ops, edges = _chain_history(rows)
+    edges = edges.drop(index=edges.index[edges["source_op"] == "a"][:2])
+    with pytest.raises(CalibrationError) as err:
+        Calibrator().fit(ops, edges)
+    assert err.value.field == "edge" and err.value.value == "a->b"
+    assert "2 windows with traffic (need 3)" in str(err.value)
+
+
+def test_operator_missing_from_history_is_refused():
+    topo = parse_model({"augury": 1, "job": "j", "operators": [
+        {"name": "src", "role": "source"}, {"name": "a", "parallelism": 2},
+        {"name": "b", "parallelism": 2}, {"name": "c"}],
+        "edges": [{"from": "src", "to": "a"}, {"from": "a", "to": "b"}, {"from": "b", "to": "c"}]},
+        require_profiles=False)
+    rows = [{"parallelism": 2, "processed_rate": 1000.0, "busy_fraction_mean": 0.5, "service_time_ms": 1.0}] * 4
+    ops, edges = _chain_history(rows)
+    with pytest.raises(CalibrationError, match="no metric windows") as err:
+        Calibrator().fit(ops, edges, topology=topo)
+    assert err.value.value == "c" and "'c'" in str(err.value)
+
+
+def test_per_hop_delay_from_end_to_end_latency():
+    from dataclasses import replace
+
+    rows = [{"parallelism": 2, "processed_rate": 1000.0, "busy_fraction_mean": 0.5, "service_time_ms": 1.0}] * 4
+    ops, edges = _chain_history(rows)
+    no_latency = Calibrator().fit(ops, edges)
+    assert no_latency.network_delay_ms_ is None and no_latency.model_.network_delay_ms == 0.0
+    free = predict(replace(no_latency.model_, network_delay_ms=0.0), None, 1000.0).latency_ms["mean"]
+    # src -> a -> b has two hops: measured = delay-free prediction + 2 x 3 ms
+    ops.loc[ops["operator"] == "b", "latency_ms_mean"] = free + 2 * 3.0
+    cal = Calibrator().fit(ops, edges)
+    assert cal.network_delay_ms_.value == pytest.approx(3.0) and cal.network_delay_ms_.samples == 4
+    assert cal.model_.network_delay_ms == pytest.approx(3.0)
+    assert cal.model_.calibration["network_delay_ms"]["value"] == pytest.approx(3.0)
