@@ -1,13 +1,15 @@
-"""Calibration recovers a known truth from testbed history (issue 5 acceptance).
+"""Calibration recovers a known truth from testbed history (issues 4 and 5 acceptance).
 
 testbed -> augury ingest -> Spark summarize -> calibrate, on example models with several loads
-and two parallelisms (the summarized hottest-instance shares are checked against the
-truth too); then `predict` with the calibrated model on configurations *not* in the
-history is checked against the testbed's measured max sustainable rate.
+and two parallelisms (the summarized service times, selectivities and hottest-instance shares
+are checked against the truth too, before calibration); then `predict` with the calibrated
+model on configurations *not* in the history is checked against the testbed's measured max
+sustainable rate.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from experiments.recording import (calibrate_store, ingest_and_summarize, load_plan, measure_max_rate,
@@ -44,6 +46,25 @@ def test_calibration_recovers_truth_and_predicts_unseen_configurations(example, 
         config = dict(zip(configs.columns, ts))
         want = predict(truth, config, 1.0).operators[op].hot_share
         assert share == pytest.approx(want, rel=0.05), (op, config, share, want)
+    # The summarized tables themselves (issue 4), before any calibration: per parallelism, the
+    # tuple-weighted service time matches the truth's at that parallelism (contention scaling
+    # included), and each edge's selectivity (edge tuples / upstream tuples) the truth's: within 5 %.
+    for spec in truth.operators:
+        if spec.service_time_ms is None:
+            continue
+        rows = ow[(ow["operator"] == spec.name) & (ow["processed_rate"] > 0)
+                  & np.isfinite(ow["service_time_ms"].to_numpy(float))]
+        assert not rows.empty, spec.name
+        for p, group in rows.groupby("parallelism"):
+            measured = np.average(group["service_time_ms"], weights=group["processed_rate"])
+            want = spec.service_time_ms * spec.scaling.factor_at(int(p))
+            assert measured == pytest.approx(want, rel=0.05), (spec.name, p, measured, want)
+    ew = MetricStore(tmp_path / "store").edge_windows(truth.job)
+    for e in truth.edges:
+        rows = ew[(ew["source_op"] == e.source) & (ew["target_op"] == e.target) & (ew["selectivity"] > 0)]
+        assert not rows.empty, (e.source, e.target)
+        measured = rows["rate"].sum() / (rows["rate"] / rows["selectivity"]).sum()
+        assert measured == pytest.approx(e.selectivity, rel=0.05), (e.source, e.target, measured)
     fitted = calibrate_store(tmp_path / "store", truth.job).model_
     # Service times and selectivities within 5 % of the truth.
     for name, error in truth_errors(truth, fitted).items():
