@@ -8,7 +8,8 @@ operator, 10 s windows, records_in/out, busy/back-pressured/idle, queue_len, sou
 Parquet files of at most 5 M rows, then times
 
 * Spark: ``history.pipeline.summarize`` -> ``operator_windows`` written to Parquet (JVM start and
-  session creation excluded; the first query's warm-up included),
+  session creation excluded), twice in the same JVM: the first run includes the JVM's warm-up
+  (JIT, code generation: a one-off cost for a long-running pipeline), the second is warm,
 * pyarrow: the same ``operator_windows`` computed in one process (``pyarrow_operator_windows``),
   run in a child process whose address space is capped at ``--baseline-memory`` (RLIMIT_AS),
 
@@ -192,13 +193,15 @@ def run_spark(files: list[str], out: Path, driver_memory: str | None, master: st
     started = time.perf_counter()
     spark = spark_session(master=master, app_name="augury-bench", driver_memory=driver_memory)
     startup = time.perf_counter() - started
-    started = time.perf_counter()
-    raw = spark.read.schema(raw_spark_schema()).parquet(*files)
-    summarize(raw, WINDOW_S, persist=True).operator_windows.write.mode("overwrite").parquet(str(out))
-    seconds = time.perf_counter() - started
-    spark.catalog.clearCache()
+    runs = []
+    for _ in range(2):  # cold: the JVM's first pipeline run (JIT, code generation); then warm
+        started = time.perf_counter()
+        raw = spark.read.schema(raw_spark_schema()).parquet(*files)
+        summarize(raw, WINDOW_S, persist=True).operator_windows.write.mode("overwrite").parquet(str(out))
+        runs.append(time.perf_counter() - started)
+        spark.catalog.clearCache()
     spark.stop()
-    return {"seconds": seconds, "startup_seconds": startup}
+    return {"seconds": runs[0], "warm_seconds": runs[1], "startup_seconds": startup}
 
 
 def compare(spark_out: Path, baseline_out: Path) -> float:
@@ -243,15 +246,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raw table in memory (Arrow): ~{in_memory / 2**30:.2f} GiB")
         spark = run_spark(files, workdir / "spark_ow", args.driver_memory, args.spark_master)
         print(f"spark   {spark['seconds']:8.1f} s  {rows / spark['seconds']:>12,.0f} rows/s  "
-              f"(JVM start excluded: {spark['startup_seconds']:.1f} s; driver memory "
-              f"{args.driver_memory or os.environ.get('AUGURY_SPARK_DRIVER_MEMORY', '1g')})")
+              f"(first run in the JVM; JVM start excluded: {spark['startup_seconds']:.1f} s; driver "
+              f"memory {args.driver_memory or os.environ.get('AUGURY_SPARK_DRIVER_MEMORY', '1g')})")
+        print(f"spark   {spark['warm_seconds']:8.1f} s  {rows / spark['warm_seconds']:>12,.0f} rows/s  "
+              f"(second run, warm JVM)")
         budget = args.baseline_memory or args.driver_memory
         base = run_baseline(files, workdir / "baseline_ow.parquet", budget)
         if base["fits"]:
             print(f"pyarrow {base['seconds']:8.1f} s  {rows / base['seconds']:>12,.0f} rows/s  "
                   f"(peak RSS {base['peak_rss_mb']:,.0f} MiB; cap {budget or 'none'})")
             diff = compare(workdir / "spark_ow", workdir / "baseline_ow.parquet")
-            print(f"ratio spark/pyarrow {spark['seconds'] / base['seconds']:.2f}x; "
+            print(f"ratio spark/pyarrow {spark['seconds'] / base['seconds']:.2f}x "
+                  f"(warm {spark['warm_seconds'] / base['seconds']:.2f}x; goal <= 2x); "
                   f"largest relative difference between the two operator_windows: {diff:.2e}")
         else:
             print(f"pyarrow did not fit in {budget}: {base['error']}")
