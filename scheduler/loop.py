@@ -469,7 +469,8 @@ class ControlLoop:
                                 operators=tuple(k for k in a.undo if a.undo[k] != current.get(k)), advisor=advisor)
         offered_hist = [{s.operator: s.arrival_rate for s in h.sources} for h in self.history
                         if h.end_s > now - g.scale_down_delay_s and dict(h.config) == current]
-        proposals = list(resolve(w, ev.diagnoses, self.model, offered_hist, self.config.reactive))
+        proposals = list(resolve(w, ev.diagnoses, self.model, offered_hist, self.config.reactive,
+                                 history=self.history))
         reports = tuple(p for p in proposals if p.kind == "report_skew")
         restarts = [p for p in proposals if p.kind == "restart_instance"]
         trusted = ev.trust is not None and ev.trust.trusted
@@ -729,7 +730,7 @@ def format_step(step: Step) -> str:
             lines.append(f"  diagnosis {diag.operator}: {', '.join(diag.causes)} {dict(diag.scores)}")
     lines += [f"  - {r}" for r in d.reasons]
     for r in d.reports:
-        lines.append(f"  report: {r.detail.get('suggestion', '')} hot key groups {r.detail.get('hot_key_groups')}")
+        lines.append(f"  report: {r.detail.get('suggestion', '')}")
     if d.expected:
         lines.append("  expected: " + ", ".join(f"{k} {v:,.3g}" for k, v in d.expected.items()))
     return "\n".join(lines)

@@ -29,8 +29,10 @@ load would push over the target — is sized *in the same step* from its true pr
 (DS2: ``p = ceil(target_in / (true_rate_per_instance * utilization_target))``, the source rates
 propagated downstream by the observed selectivities) plus the rate that drains the external
 backlog in ``catch_up_s``, capped per step; a slow instance is restarted (moved); data skew is
-reported with the hot instance's key groups and the model's hottest key groups among them (a
-repartition suggestion); scale-down sizes by the *highest* offered rate over the stabilization
+reported with the key groups the hot key can be in (a repartition suggestion): metrics are per
+instance, so one configuration only places it in the hot instance's key-group range; the ranges
+of the hot instances at other parallelisms seen while skewed narrow it, and the report names the
+hot key group once one candidate is left (``skew_report``); scale-down sizes by the *highest* offered rate over the stabilization
 window, never by a fixed percentage.
 """
 
@@ -43,7 +45,7 @@ from typing import Mapping, Sequence
 import networkx as nx
 import numpy as np
 
-from modeler.keys import hot_key_groups
+from modeler.keys import hot_key_groups, instance_shares, key_group_weights
 from modeler.modelfile import JobModel, to_graph
 from scheduler.observe import JobWindow, OperatorWindow
 
@@ -396,33 +398,107 @@ def key_group_range(instance: int, parallelism: int, max_parallelism: int) -> tu
     return first, last
 
 
+def _ranges(groups: Sequence[int]) -> list[list[int]]:
+    """[[first, last], ...] runs of consecutive key groups."""
+    out: list[list[int]] = []
+    for g in sorted(groups):
+        if out and g == out[-1][1] + 1:
+            out[-1][1] = g
+        else:
+            out.append([g, g])
+    return out
+
+
+def _expected_hot_share(model: JobModel, operator: str, parallelism: int) -> float:
+    """Busiest instance's share the model's key distribution explains at ``parallelism``."""
+    maxp = model.operator(operator).max_parallelism
+    for e in model.edges:
+        if e.target == operator and e.grouping == "key" and e.keys is not None:
+            return float(instance_shares(key_group_weights(e.keys, maxp), parallelism).max())
+    return 1.0 / parallelism
+
+
+def skew_evidence(model: JobModel, operator: str, history: Sequence[JobWindow],
+                  config: ReactiveConfig = ReactiveConfig()) -> list[tuple[int, int]]:
+    """(parallelism, hot instance) per parallelism of the newest run of windows in ``history`` in
+    which the operator was load-skewed (busiest instance's share >= ``load_skew_enter`` x the share
+    the model explains; an unskewed window ends the run: an earlier hot key is another episode);
+    per parallelism the instance that was hottest in most of those windows."""
+    votes: dict[int, dict[int, int]] = {}
+    for w in reversed(history):  # the trailing run of skewed windows only: one episode
+        o = w.operators.get(operator)
+        if o is None or o.parallelism < 2:
+            continue
+        total = sum(i.processed_rate for i in o.instances)
+        if total <= 0:
+            continue
+        hot = max(o.instances, key=lambda i: i.processed_rate)
+        if hot.processed_rate / total < config.load_skew_enter * _expected_hot_share(model, operator, o.parallelism):
+            break
+        by_inst = votes.setdefault(o.parallelism, {})
+        by_inst[hot.instance] = by_inst.get(hot.instance, 0) + 1
+    return [(p, max(v, key=v.get)) for p, v in sorted(votes.items())]
+
+
 def skew_report(model: JobModel, operator: str, instance: int, parallelism: int, share: float,
-                top: int = 5) -> dict:
-    """What a data-skew report says: the hot instance's key groups and, among them, the hottest
-    key groups of the model's key distribution on the operator's key-grouped input edge."""
+                top: int = 5, history: Sequence[JobWindow] = (),
+                config: ReactiveConfig = ReactiveConfig()) -> dict:
+    """What a data-skew report says about where the hot key is.
+
+    Metrics are per instance (Flink exposes no per-key-group metric; neither does the testbed's
+    normalized schema), so one configuration only places the hot key somewhere in the hot
+    instance's contiguous key-group range. Every other parallelism observed in ``history`` while
+    the operator was skewed places it in another range: the candidates are the intersection
+    (assuming one hot key group). ``hot_key_groups`` names the hot key group only when that
+    leaves exactly one candidate (``identified``); otherwise it is empty and ``candidate_key_groups``
+    says where it lies. ``model_hot_key_groups``: the model's heaviest key groups among the
+    candidates (what the model's key distribution expects, not a measurement).
+    """
     spec = model.operator(operator)
     maxp = spec.max_parallelism
     lo, hi = key_group_range(instance, parallelism, maxp)
-    candidates: list[tuple[int, float]] = []
+    candidates = set(range(lo, hi + 1))
+    evidence = [(parallelism, instance)]
+    for p, inst in skew_evidence(model, operator, history, config):
+        if p == parallelism:
+            continue
+        a, b = key_group_range(inst, p, maxp)
+        narrowed = candidates & set(range(a, b + 1))
+        if narrowed:  # an empty intersection: not one hot group throughout (keep the current range)
+            candidates = narrowed
+            evidence.append((p, inst))
+    ranked_model: list[int] = []
     for e in model.edges:
         if e.target == operator and e.grouping == "key" and e.keys is not None:
-            ranked = hot_key_groups(e.keys, maxp, top=maxp)
-            candidates = [(g, w) for g, w in ranked if lo <= g <= hi][:top]
+            ranked_model = [g for g, _ in hot_key_groups(e.keys, maxp, top=maxp) if g in candidates][:top]
             break
+    identified = len(candidates) == 1
+    ranges = _ranges(candidates)
+    where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)
+    seen = ", ".join(f"instance {i} at parallelism {p}" for p, i in evidence)
+    if identified:
+        place = f"the hot key is in key group {where} (hot: {seen})"
+    else:
+        place = (f"the hot key is in one of {len(candidates)} key groups {where} (hot: {seen}); per-instance "
+                 f"metrics cannot tell which key group of an instance's range is hot — each further "
+                 f"parallelism observed while skewed narrows it")
     return {"instance": instance, "share": share, "key_groups": [lo, hi],
-            "hot_key_groups": [g for g, _ in candidates],
-            "suggestion": (f"repartition {operator}: key groups {lo}-{hi} on instance {instance} receive "
-                           f"{share:.0%} of the input; split the hot key (salting / two-phase "
-                           f"aggregation) — adding instances does not divide one key")}
+            "identified": identified, "hot_key_groups": sorted(candidates) if identified else [],
+            "candidate_key_groups": ranges, "evidence": [list(x) for x in evidence],
+            "model_hot_key_groups": ranked_model,
+            "suggestion": (f"repartition {operator}: instance {instance} receives {share:.0%} of the input; "
+                           f"{place}; split the hot key (salting / two-phase aggregation) — adding "
+                           f"instances does not divide one key")}
 
 
 def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
             offered_rates: Sequence[Mapping[str, float]], config: ReactiveConfig = ReactiveConfig(),
-            allow_scale_down: bool = True) -> tuple[Proposal, ...]:
+            allow_scale_down: bool = True, history: Sequence[JobWindow] = ()) -> tuple[Proposal, ...]:
     """Proposals for the diagnoses of the newest ``window``.
 
     ``offered_rates``: per window of the stabilization window (oldest first), each source's
-    offered rate; scale-down sizes by their maximum.
+    offered rate; scale-down sizes by their maximum. ``history``: earlier settled windows (any
+    configuration), which narrow down a data-skew report's hot key group (``skew_report``).
     """
     c = config
     graph = to_graph(model)
@@ -441,7 +517,7 @@ def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
         o = window.operators[d.operator]
         inst = d.instance if d.instance is not None else 0
         share = o.instances[inst].processed_rate / max(o.processed_rate, 1e-9)
-        report = skew_report(model, d.operator, inst, o.parallelism, share)
+        report = skew_report(model, d.operator, inst, o.parallelism, share, history=history, config=c)
         out.append(Proposal(kind="report_skew", operators=(d.operator,), diagnosis="data_skew", config=None,
                             instance=inst, reasons=tuple(d.evidence) + (report["suggestion"],),
                             expected={}, detail=report))

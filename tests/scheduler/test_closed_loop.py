@@ -95,6 +95,61 @@ def test_hot_key_is_reported_as_data_skew_with_its_key_group():
     lo, hi = reports[-1].detail["key_groups"]
     assert reports[-1].detail["instance"] == inst and lo <= kg <= hi
     assert all(r.diagnosis == "data_skew" for r in reports)
+    # One configuration (count at 2) and per-instance metrics: the hot key group cannot be told
+    # apart from the other 63 of instance 1's range. The report says so instead of guessing.
+    d = reports[-1].detail
+    assert d["candidate_key_groups"] == [[lo, hi]] and not d["identified"] and d["hot_key_groups"] == []
+    assert "cannot tell which key group" in d["suggestion"]
+
+
+def _isolating_parallelisms(kg: int, maxp: int, limit: int) -> list[int]:
+    """Parallelisms (2..limit) whose hot-instance ranges intersect to the single key group kg."""
+    from scheduler.reactive import key_group_range
+
+    def rng(p):
+        i = kg * p // maxp
+        a, b = key_group_range(i, p, maxp)
+        return set(range(a, b + 1))
+
+    for p1 in range(2, limit + 1):
+        for p2 in range(p1 + 1, limit + 1):
+            if rng(p1) & rng(p2) == {kg}:
+                return [p1, p2]
+    raise AssertionError("no pair isolates the key group")
+
+
+def test_hot_key_group_is_named_once_other_parallelisms_narrow_it_down():
+    # The hot key seen at three parallelisms of count (the testbed rescaled between them): the
+    # intersection of the hot instances' key-group ranges is the injected key group alone.
+    from modeler.keys import key_group_of
+    from modeler.modelfile import to_graph
+    from scheduler.observe import job_windows
+    from scheduler.reactive import Detectors, diagnose, resolve
+
+    model = load_model("examples/wordcount.yaml")
+    maxp = model.operator("count").max_parallelism
+    kg = int(key_group_of(10_000, maxp))  # the testbed's default hot key: a new key id (the key count)
+    tb = Testbed(model, 700.0, TestbedConfig(seed=5), faults=[HotKey("split", "count", 0.3, 30.0)])
+    history = []
+    for p in [2] + _isolating_parallelisms(kg, maxp, 40):
+        if p != 2:
+            tb.apply({**tb.current(), "count": p})
+        tb.advance(120.0)
+        since = history[-1].end_s if history else None
+        history += [w for w in job_windows(tb.read(since), sources=["source"]) if w.config["count"] == p]
+    start = next(e for e in tb.events if e["event"] == "fault_start")
+    assert start["detail"]["key_group"] == kg
+    detectors = Detectors()
+    for k in range(len(history)):
+        symptoms = detectors.update(history[: k + 1])
+    diags = diagnose(history[-1], symptoms, to_graph(model))
+    assert "data_skew" in {d.operator: d for d in diags}["count"].causes
+    report = [p for p in resolve(history[-1], diags, model, [], history=history) if p.kind == "report_skew"][0]
+    assert report.detail["identified"] and report.detail["hot_key_groups"] == [kg]
+    assert len(report.detail["evidence"]) == 3 and f"key group {kg} " in report.detail["suggestion"]
+    # Without the other parallelisms only the hot instance's range is known.
+    alone = [p for p in resolve(history[-1], diags, model, []) if p.kind == "report_skew"][0]
+    assert not alone.detail["identified"] and alone.detail["hot_key_groups"] == []
 
 
 def test_two_bottlenecks_sized_in_one_step():
