@@ -9,13 +9,15 @@ real-time meaning, see ``experiments.replay``).
 
 Policies:
 
-* **augury** (pre-emptive): every ``replan_s`` of trace time a forecaster (``modeler.forecast``,
-  ``auto``) is fitted on the history up to now (before the replayed period at first) and
-  ``scheduler.schedule.schedule`` turns its ``quantile`` path into a timeline (at most
-  ``max_reconfigurations_per_day``, lead time, stabilization before scale-down, the measured
-  load as a floor); augury's ``ControlLoop`` (true model, trusted) runs alongside as the
-  reactive floor: the configuration applied is the per-operator maximum of the schedule's and
-  the loop's.
+* **augury** (pre-emptive): every ``replan_s`` of trace time (and at once when the measured load
+  runs past ``reactive_trigger`` of the capacity in force: a forecast miss) the forecaster
+  (``modeler.forecast``, ``auto``; fitted on the history up to now every ``refit_s``, updated with
+  the newest history in between) gives its ``quantile`` path and ``scheduler.schedule.schedule``
+  turns it into a timeline (at most ``max_reconfigurations_per_day`` counting the changes already
+  made in the last 24 h, lead time, stabilization before scale-down, the measured load as a
+  floor, the configuration in force kept when it suffices); augury's ``ControlLoop`` (true model,
+  trusted) runs alongside as the reactive floor: the configuration applied is the per-operator
+  maximum of the schedule's and the loop's.
 * **flink-autoscaler**, **ds2**, **dhalion**: the baselines (``experiments.baselines``).
 * **static-peak**: the cheapest configuration for the replayed period's actual peak, never changed.
 * **oracle**: knows the trace; every ``oracle_interval_s`` the cheapest configuration for the
@@ -70,8 +72,15 @@ class Params:
     """Forecasting grid (the trace is averaged onto it when finer)."""
     replay_resample_s: float = 300.0
     """The replayed trace's resolution (finer traces are re-binned)."""
-    replan_s: float = 6 * 3600.0
-    """augury re-fits the forecast and re-plans the schedule this often (trace s)."""
+    replan_s: float = 2 * 3600.0
+    """augury re-plans the schedule this often (trace s), as ``experiments.schedule_eval`` does."""
+    refit_s: float = 86400.0
+    """augury re-fits the forecaster this often (trace s); re-plans in between condition the
+    fitted forecaster on the newest history (``ForecastResult.update``: cheap)."""
+    reactive_trigger: float = 0.9
+    """augury also re-plans at once, with the measured load as the floor, when a settled window's
+    measured input exceeds this fraction of the capacity at the utilization target of the
+    configuration in force: the load is rising past the forecast (``schedule_eval``'s trigger)."""
     horizon_s: float = 30 * 3600.0
     lead_time_s: float = 600.0
     stabilization_s: float = 3600.0
@@ -105,6 +114,12 @@ class PreemptiveController:
         self.day0 = day0
         self.p = params
         self.next_replan_s = 0.0
+        self.quiet_until_s = 0.0
+        self.fitted = None
+        self.fitted_at_s = -math.inf
+        self.issued: list[pd.Timestamp] = []
+        self.capacities: dict[tuple, float] = {}
+        self.reactive_replans = 0
         self.schedule = None
         self.floor: dict | None = None
         self.schedules: list = []
@@ -120,15 +135,29 @@ class PreemptiveController:
                                    name="augury-loop", trusted=True)
         self.loop.start(bed, cfg)
 
-    def replan(self, now_s: float, measured: float) -> None:
+    def capacity(self, config) -> float:
+        """Input rate at which ``config``'s hottest instance reaches the utilization target."""
+        from modeler.queueing import predict
+
+        key = tuple(sorted(config.items()))
+        if key not in self.capacities:
+            self.capacities[key] = predict(self.model, dict(config), 0.0).max_rate * self.p.utilization_target
+        return self.capacities[key]
+
+    def replan(self, now_s: float, measured: float, config=None) -> None:
         from modeler.forecast import Forecaster
         from scheduler.plan import PlanConfig
         from scheduler.schedule import ScheduleConfig, schedule
 
         now = self.day0 + pd.Timedelta(seconds=now_s)
-        history = self.rates[(self.rates.index >= self.day0 - pd.Timedelta(days=21)) & (self.rates.index < now)]
-        fit = Forecaster(method="auto").fit(history)
-        steps = int(math.ceil(self.p.horizon_s / self.p.forecast_step_s))
+        history = self.rates[(self.rates.index >= self.day0 - pd.Timedelta(days=21))
+                             & (self.rates.index + pd.Timedelta(seconds=self.p.forecast_step_s) <= now)]
+        if self.fitted is None or now_s - self.fitted_at_s >= self.p.refit_s:
+            self.fitted, self.fitted_at_s = Forecaster(method="auto").fit(history), now_s
+        else:
+            self.fitted = self.fitted.update(history)
+        fit = self.fitted
+        steps = int(math.ceil(self.p.horizon_s / self.p.forecast_step_s)) + 1
         fc = fit.forecast(steps, quantiles=(self.p.quantile,))
         forecast = pd.Series(np.asarray(fc.quantiles[self.p.quantile], float), index=pd.DatetimeIndex(fc.timestamps))
         forecast = forecast[forecast.index > now]
@@ -136,17 +165,29 @@ class PreemptiveController:
                              max_reconfigurations_per_day=self.p.max_reconfigurations_per_day,
                              plan=PlanConfig(utilization_target=self.p.utilization_target,
                                              latency_slo_ms=self.p.latency_slo_ms))
-        self.schedule = schedule(self.model, forecast, float(measured), cfg, now=now)
+        recent = [t for t in self.issued if t > now - pd.Timedelta(days=1)]
+        self.schedule = schedule(self.model, forecast, float(measured), cfg, now=now,
+                                 current_config=dict(config) if config is not None else None,
+                                 recent_issues=recent)
         self.schedules.append(self.schedule)
         self.forecast_methods.append(fit.method)
         self.floor = None
 
     def step(self, bed, view, stats, config) -> dict | None:
-        if view.now_s >= self.next_replan_s:
-            sources = [op.name for op in self.model.sources]
-            measured = sum(stats[s].arrival_rate for s in sources if s in stats)
-            self.replan(view.now_s, measured)
-            self.next_replan_s += self.p.replan_s
+        sources = [op.name for op in self.model.sources]
+        measured = sum(stats[s].arrival_rate for s in sources if s in stats)
+        # A forecast miss: the load runs past what the configuration in force was sized for.
+        hot = (self.schedule is not None and view.settled and view.now_s >= self.quiet_until_s
+               and measured > self.p.reactive_trigger * self.capacity(config))
+        if view.now_s >= self.next_replan_s or hot:
+            self.replan(view.now_s, measured, config if self.schedule is not None else None)
+            if hot and view.now_s < self.next_replan_s:
+                self.reactive_replans += 1
+                # nothing to change (the budget is spent, or the plan keeps this configuration):
+                # do not re-plan on every window until the next periodic re-plan
+                self.quiet_until_s = view.now_s + 900.0
+            while self.next_replan_s <= view.now_s:
+                self.next_replan_s += self.p.replan_s
         wanted = self.loop.step(bed, view, stats, config)
         if wanted is not None:
             self.floor = dict(wanted)
@@ -164,6 +205,7 @@ class PreemptiveController:
         return target
 
     def applied(self, bed, view, config, restart_sim_s) -> None:
+        self.issued.append(self.day0 + pd.Timedelta(seconds=view.now_s))
         self.loop.sync(config, bed.now_s, restart_sim_s)
 
 
@@ -240,7 +282,8 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                          "peak_instances": int(r.timeline["instances"].max()),
                          "forecast_methods": ",".join(sorted(set(getattr(c, "forecast_methods", [])))),
                          "planned_reconfigurations_max_24h": max((s.per_day() for s in getattr(c, "schedules", [])),
-                                                                 default=0)})
+                                                                 default=0),
+                         "reactive_replans": getattr(c, "reactive_replans", 0)})
             timelines[(tr, r.policy)] = r.timeline
     table = pd.DataFrame(rows)
     totals = table.groupby("policy", sort=False)[["violation_minutes", "instance_hours", "reconfigurations"]].sum()
