@@ -51,8 +51,10 @@ How, and why it is optimal for the model (``modeler.queueing``):
    has squared coefficient of variation 1/k, and the gamma's p95 (p99) exceeds its mean for
    every k above 0.0137 (0.00174), i.e. unless that SCV exceeds 72 (575). The tail statistics
    themselves are *not* monotone in parallelism (the gamma is fitted to a mixture over
-   source->sink paths; speeding up a short path widens the mixture: up to ~4 % on random DAGs),
-   so they are only ever compared, never used as bounds. The DRS-style greedy (add an instance
+   source->sink paths; speeding up a short path widens the mixture: up to ~4 % on random DAGs;
+   and even on one path the two-moment gamma's p99 falls as the mean rises at fixed variance
+   when the SCV is >= 1; both pinned by tests, see docs/scheduler.md), so they are only ever
+   compared, never used as bounds. The DRS-style greedy (add an instance
    where latency drops most per instance) gives an incumbent and an upper bound on T; it is not
    trusted on its own: our latency is not separable (variability propagates between operators,
    tails come from the fitted mixture).

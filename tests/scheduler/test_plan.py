@@ -392,8 +392,9 @@ def test_mean_monotone_in_shuffle_fed_linear_operators_and_tails_above_mean(case
 
 def test_tail_latency_is_not_monotone_so_plan_never_bounds_with_it():
     """A counterexample Hypothesis found (all shuffle): giving the sink o4 a second instance
-    raises the p99 (the gamma fitted to the path mixture widens). The plan must still be the
-    exhaustive optimum here."""
+    raises the p99 (the gamma fitted to the path mixture widens: its variance holds the spread
+    *between* paths, which grows when a short path gets faster; the true mixture's quantile
+    cannot rise). The plan must still be the exhaustive optimum here."""
     model = parse_model({"augury": 1, "network_delay_ms": 0.05, "operators": [
         {"name": "src", "role": "source"},
         {"name": "o1", "parallelism": 2, "min_parallelism": 2, "max_parallelism": 2, "service_time_ms": 1.0},
@@ -410,6 +411,39 @@ def test_tail_latency_is_not_monotone_so_plan_never_bounds_with_it():
     result = plan(model, rate, cfg)
     assert result.config["o4"] == 1 and result.feasible
     _assert_matches(result, exhaustive_product(model, rate, cfg), cfg)
+
+
+def test_tail_fit_is_not_monotone_even_on_one_path():
+    """The second cause of non-monotone tails (Hypothesis found it while extending issue 2's
+    invariant to p95/p99): on a single path there is no mixture to widen, yet the p99 rises when
+    o1 gains a third instance. The two-moment gamma fit is to blame, not the queueing model: for a
+    gamma with SCV >= 1 the p99 at fixed variance *falls* as the mean rises, so a sojourn whose
+    mean drops more than its variance gets a higher fitted p99. The model's own sojourn
+    distribution (wait 0 with probability 1 - rho, else exponential; plus gamma service),
+    integrated exactly, is monotone. Any fix must replace the moment fit (e.g. invert the
+    path mixture's Laplace transform); when it does, flip this test."""
+    from scipy import integrate, optimize, stats
+    from modeler.queueing import _waiting
+
+    model = parse_model({"augury": 1, "operators": [
+        {"name": "src", "role": "source"},
+        {"name": "o1", "parallelism": 1, "service_time_ms": 1.0, "service_scv": 2.0, "max_parallelism": 32}],
+        "edges": [{"from": "src", "to": "o1", "selectivity": 0.5}]})
+    rate = 0.0625 * predict(model, None, 1.0).max_rate
+    two, three = predict(model, {"o1": 2}, rate), predict(model, {"o1": 3}, rate)
+    assert three.latency_ms["mean"] < two.latency_ms["mean"]
+    assert three.latency_ms["p99"] > two.latency_ms["p99"]  # the fit's artefact
+
+    def exact_p99(p):  # P(W + S <= x) = F_S(x) - rho * int f_S(t) exp(-(x - t) rho / E[W]) dt
+        rho, ca2 = rate * 0.5 / 1000.0 / p, 1.0 / p  # round-robin split of a Poisson-like stream
+        w1 = float(_waiting(np.array([rho]), np.array([ca2]), 2.0, np.array([1.0]), np.array([1.0]))[0][0])
+        service = stats.gamma(0.5, scale=2.0)
+        cdf = lambda x: service.cdf(x) - rho * integrate.quad(  # noqa: E731
+            lambda t: service.pdf(t) * np.exp(-(x - t) * rho / w1), 0, x, limit=200)[0]
+        return optimize.brentq(lambda x: cdf(x) - 0.99, 1e-6, 100.0, xtol=1e-12)
+
+    assert exact_p99(3) < exact_p99(2)
+    assert abs(exact_p99(2) - two.latency_ms["p99"]) < 0.01 * two.latency_ms["p99"]
 
 
 # ------------------------------------------- the fast SLO search (scheduler/_plan_fast.py)
