@@ -4,7 +4,10 @@ Local mode by default (``local[2]``), any master URL otherwise. The UI is off, s
 partitions (metric tables are small per key; raise it on a cluster with ``shuffle_partitions``),
 the session time zone is UTC, local Python workers run this interpreter (``PYSPARK_PYTHON``), Parquet timestamps are written as INT64 micros (readable by
 pyarrow as UTC timestamps), and the JVM logs only errors. Starting Spark needs Java; when it
-cannot start, ``SparkUnavailable`` (exit code 3) says why.
+cannot start, ``SparkUnavailable`` (exit code 3) says why, naming ``--spark-master`` and its
+value. A master Spark would reject outright (not yarn / spark* / k8s* / local*) is refused before
+the JVM starts; other failures (no Java, an unreachable master) come from the JVM, whose own
+output on stderr precedes augury's one-line error.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
+_MASTER_PREFIXES = ("local", "spark", "k8s", "yarn")
+"""What ``spark-submit`` accepts as a master (anything else: "Master must either be yarn or
+start with spark, k8s, or local")."""
+
+
 def _log4j_file() -> str:
     path = Path(tempfile.gettempdir()) / "augury-spark-log4j2.properties"
     if not path.is_file() or path.read_text() != _LOG4J:
@@ -43,6 +51,11 @@ def spark_session(master: str = "local[2]", app_name: str = "augury", *,
     ``driver_memory`` (e.g. ``"2g"``; default ``$AUGURY_SPARK_DRIVER_MEMORY`` or ``"1g"``) only
     takes effect when this call starts the JVM.
     """
+    if not master.startswith(_MASTER_PREFIXES):
+        # Spark's own rule (SparkSubmit): checked here so the JVM is not started just to print
+        # a stack trace about it.
+        raise SparkUnavailable("cannot start Spark: the master must be yarn or start with spark, "
+                               "k8s or local", field="--spark-master", value=master)
     try:
         from pyspark.sql import SparkSession
     except ImportError as err:  # pragma: no cover - pyspark is a dependency

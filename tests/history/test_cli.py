@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +80,40 @@ def test_ingest_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, needle)
 def test_summarize_without_a_store_is_exit_2(tmp_path, capsys):
     code, out, err = run(capsys, "history", "summarize", "--store", str(tmp_path / "none"))
     assert code == 2 and err.startswith("augury history: error: ") and "no such metric store" in err
+
+
+def _summarize_in_subprocess(store: str, *argv: str, env: dict | None = None):
+    """``augury history summarize`` in its own interpreter: the tests' session-scoped SparkSession
+    (getOrCreate would hand it back whatever the master) must not be the one it gets."""
+    r = subprocess.run([sys.executable, "-m", "augury", "history", "summarize", "--store", store, *argv],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_summarize_with_a_bad_spark_master_is_exit_3_in_one_line(tmp_path, capsys):
+    store = str(tmp_path / "s")
+    assert run(capsys, "ingest", "--format", "flink-rest", str(FIXTURES / "flink_rest_capture.json"),
+               "--store", store)[0] == 0
+    code, out, err = _summarize_in_subprocess(store, "--spark-master", "nowhere://bad:7077")
+    assert code == 3 and out == ""
+    assert err.count("\n") == 1 and err.startswith("augury history: error: ")
+    assert "field '--spark-master'" in err and "'nowhere://bad:7077'" in err and "cannot start Spark" in err
+    assert MetricStore(store).summary() is None  # nothing summarized
+
+
+def test_summarize_when_the_spark_jvm_cannot_start_is_exit_3(tmp_path, capsys):
+    # No Java (JAVA_HOME points nowhere): the JVM gateway exits. spark-submit's own complaint comes
+    # first on stderr; augury's error is the last line, one line, naming the field and value.
+    store = str(tmp_path / "s")
+    assert run(capsys, "ingest", "--format", "flink-rest", str(FIXTURES / "flink_rest_capture.json"),
+               "--store", store)[0] == 0
+    code, out, err = _summarize_in_subprocess(store, "--spark-master", "local[1]",
+                                              env={"JAVA_HOME": str(tmp_path / "no-java")})
+    assert code == 3 and out == ""
+    last = err.rstrip("\n").splitlines()[-1]
+    assert [line for line in err.splitlines() if line.startswith("augury ")] == [last]
+    assert last.startswith("augury history: error: field '--spark-master' = 'local[1]': cannot start Spark")
+    assert "Traceback" not in err
 
 
 @pytest.mark.spark
