@@ -9,9 +9,13 @@
    each configuration is ``scheduler.plan`` for its segment's peak, in place ``lead time`` before
    the forecast needs it, scaled down only after the forecast stayed low for the stabilization
    period, at most ``max_reconfigurations_per_day`` changes, never below the load measured now.
-5. **Replay** the next day, time-compressed, on the testbed closed-loop for augury's schedule, the
-   Flink-autoscaler rules (reactive, DS2-based, with their defaults scaled by the compression) and
-   static peak provisioning; report SLO-violation minutes, instance-hours and reconfigurations.
+5. **Replay** the next day, time-compressed, on the testbed closed-loop for augury pre-emptive
+   (``experiments.replay.PreemptiveController``, the same controller as the ``preemptive``
+   experiment: the day-ahead schedule of step 4, re-planned every 2 h from the forecaster updated
+   with the load seen so far and at once when the measured load runs past the capacity in force,
+   with augury's control loop on the calibrated model as the reactive floor), the Flink-autoscaler
+   rules (reactive, DS2-based, with their defaults scaled by the compression) and static peak
+   provisioning; report SLO-violation minutes, instance-hours and reconfigurations.
 
 Everything is logged to one mlflow run. Times in the report are trace (wall-clock) time.
 """
@@ -83,9 +87,10 @@ class DemoReport:
 
 
 def replay(truth: JobModel, load, cfg: DemoConfig, initial: Mapping[str, int], policy_name: str,
-           decide: Callable[[float, dict, dict], dict | None], duration_s: float) -> ReplayResult:
-    """Run the testbed over the first ``duration_s`` simulated seconds of ``load`` with
-    ``decide(now_trace_s, stats, config)`` called after each window (``experiments.replay.drive``)."""
+           decide, duration_s: float) -> ReplayResult:
+    """Run the testbed over the first ``duration_s`` simulated seconds of ``load`` with a
+    controller (``experiments.replay.Controller``) or ``decide(now_trace_s, stats, config)`` called
+    after each window (``experiments.replay.drive``)."""
     from experiments.replay import ReplayConfig, drive
 
     class _Decide:
@@ -99,7 +104,8 @@ def replay(truth: JobModel, load, cfg: DemoConfig, initial: Mapping[str, int], p
 
     rcfg = ReplayConfig(window_s=cfg.window_s, time_scale=cfg.speedup, restart_s=cfg.restart_s,
                         latency_slo_ms=cfg.latency_slo_ms, backlog_slo_s=1.0, seed=cfg.seed)
-    r = drive(truth, load, _Decide(), rcfg, initial, duration_s)
+    controller = decide if hasattr(decide, "step") else _Decide()
+    r = drive(truth, load, controller, rcfg, initial, duration_s)
     return replace(r, timeline=r.timeline.rename(columns={"t_s": "t_trace_s"}))
 
 
@@ -110,6 +116,7 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     from experiments import tracking
     from experiments.baselines import FlinkAutoscalerPolicy
     from experiments.recording import calibrate_store, ingest_and_summarize, load_plan, record, truth_errors
+    from experiments.replay import PreemptiveController, PreemptiveSettings
     from experiments.testbed import load_trace
     from history.series import load_series
     from history.spark import spark_session
@@ -166,15 +173,18 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     peak_config = dict(plan(model, float(forecast.max()), plan_cfg).config)
     issue_s = [((r.issue_at - day0).total_seconds(), dict(r.config)) for r in timeline.reconfigurations]
 
-    def augury_decide(now_s, stats, config):
-        due = [c for t, c in issue_s if t <= now_s + cfg.window_s * cfg.speedup]
-        return dict(due[-1]) if due else None
+    augury = PreemptiveController(model, rates, day0, PreemptiveSettings(
+        utilization_target=cfg.utilization_target, latency_slo_ms=cfg.latency_slo_ms,
+        quantile=cfg.quantile, forecast_step_s=step_s, horizon_s=86400.0 + 6 * 3600.0,
+        lead_time_s=cfg.lead_time_s, stabilization_s=cfg.stabilization_s,
+        max_reconfigurations_per_day=cfg.max_reconfigurations_per_day,
+        history_days=max(1, (day0 - pd.Timestamp(cfg.history_start)).days)))
 
     graph = to_graph(truth)
     flink = FlinkAutoscalerPolicy(graph, time_scale=cfg.speedup)
     initial = dict(issue_s[0][1]) if issue_s else truth.config
     results = []
-    for name, decide, start in (("augury", augury_decide, initial),
+    for name, decide, start in (("augury", augury, initial),
                                 ("flink-autoscaler", lambda t, s, c: flink.decide(t, s, c), truth.config),
                                 ("static-peak", lambda t, s, c: None, peak_config)):
         progress(f"[4/5] replaying {day0.date()} closed-loop: {name}")

@@ -9,7 +9,7 @@ real-time meaning, see ``experiments.replay``).
 
 Policies:
 
-* **augury** (pre-emptive): every ``replan_s`` of trace time (and at once when the measured load
+* **augury** (pre-emptive, ``experiments.replay.PreemptiveController``): every ``replan_s`` of trace time (and at once when the measured load
   runs past ``reactive_trigger`` of the capacity in force: a forecast miss) the forecaster
   (``modeler.forecast``, ``auto``; fitted on the history up to now every ``refit_s``, updated with
   the newest history in between) gives its ``quantile`` path and ``scheduler.schedule.schedule``
@@ -102,117 +102,22 @@ def rate_series(path, step_s: float) -> pd.Series:
     return rates.interpolate(limit_direction="both")
 
 
-class PreemptiveController:
-    """augury pre-emptive: the schedule from a periodically re-fitted forecast, with the control
-    loop as a reactive floor (per-operator maximum)."""
+def settings(params: Params):
+    """augury's pre-emptive controller settings (``experiments.replay.PreemptiveSettings``)."""
+    from experiments.replay import PreemptiveSettings
 
-    name = "augury"
-
-    def __init__(self, model, rates: pd.Series, day0: pd.Timestamp, params: Params) -> None:
-        self.model = model
-        self.rates = rates
-        self.day0 = day0
-        self.p = params
-        self.next_replan_s = 0.0
-        self.quiet_until_s = 0.0
-        self.fitted = None
-        self.fitted_at_s = -math.inf
-        self.issued: list[pd.Timestamp] = []
-        self.capacities: dict[tuple, float] = {}
-        self.reactive_replans = 0
-        self.schedule = None
-        self.floor: dict | None = None
-        self.schedules: list = []
-        self.forecast_methods: list[str] = []
-
-    def start(self, bed, cfg) -> None:
-        from experiments.replay import LoopController
-        from scheduler.loop import LoopConfig
-
-        self.cfg = cfg
-        self.loop = LoopController(self.model, LoopConfig(utilization_target=self.p.utilization_target,
-                                                          latency_slo_ms=self.p.latency_slo_ms),
-                                   name="augury-loop", trusted=True)
-        self.loop.start(bed, cfg)
-
-    def capacity(self, config) -> float:
-        """Input rate at which ``config``'s hottest instance reaches the utilization target."""
-        from modeler.queueing import predict
-
-        key = tuple(sorted(config.items()))
-        if key not in self.capacities:
-            self.capacities[key] = predict(self.model, dict(config), 0.0).max_rate * self.p.utilization_target
-        return self.capacities[key]
-
-    def replan(self, now_s: float, measured: float, config=None) -> None:
-        from modeler.forecast import Forecaster
-        from scheduler.plan import PlanConfig
-        from scheduler.schedule import ScheduleConfig, schedule
-
-        now = self.day0 + pd.Timedelta(seconds=now_s)
-        history = self.rates[(self.rates.index >= self.day0 - pd.Timedelta(days=21))
-                             & (self.rates.index + pd.Timedelta(seconds=self.p.forecast_step_s) <= now)]
-        if self.fitted is None or now_s - self.fitted_at_s >= self.p.refit_s:
-            self.fitted, self.fitted_at_s = Forecaster(method="auto").fit(history), now_s
-        else:
-            self.fitted = self.fitted.update(history)
-        fit = self.fitted
-        steps = int(math.ceil(self.p.horizon_s / self.p.forecast_step_s)) + 1
-        fc = fit.forecast(steps, quantiles=(self.p.quantile,))
-        forecast = pd.Series(np.asarray(fc.quantiles[self.p.quantile], float), index=pd.DatetimeIndex(fc.timestamps))
-        forecast = forecast[forecast.index > now]
-        cfg = ScheduleConfig(lead_time_s=self.p.lead_time_s, stabilization_s=self.p.stabilization_s,
-                             max_reconfigurations_per_day=self.p.max_reconfigurations_per_day,
-                             plan=PlanConfig(utilization_target=self.p.utilization_target,
-                                             latency_slo_ms=self.p.latency_slo_ms))
-        recent = [t for t in self.issued if t > now - pd.Timedelta(days=1)]
-        self.schedule = schedule(self.model, forecast, float(measured), cfg, now=now,
-                                 current_config=dict(config) if config is not None else None,
-                                 recent_issues=recent)
-        self.schedules.append(self.schedule)
-        self.forecast_methods.append(fit.method)
-        self.floor = None
-
-    def step(self, bed, view, stats, config) -> dict | None:
-        sources = [op.name for op in self.model.sources]
-        measured = sum(stats[s].arrival_rate for s in sources if s in stats)
-        # A forecast miss: the load runs past what the configuration in force was sized for.
-        hot = (self.schedule is not None and view.settled and view.now_s >= self.quiet_until_s
-               and measured > self.p.reactive_trigger * self.capacity(config))
-        if view.now_s >= self.next_replan_s or hot:
-            self.replan(view.now_s, measured, config if self.schedule is not None else None)
-            if hot and view.now_s < self.next_replan_s:
-                self.reactive_replans += 1
-                # nothing to change (the budget is spent, or the plan keeps this configuration):
-                # do not re-plan on every window until the next periodic re-plan
-                self.quiet_until_s = view.now_s + 900.0
-            while self.next_replan_s <= view.now_s:
-                self.next_replan_s += self.p.replan_s
-        wanted = self.loop.step(bed, view, stats, config)
-        if wanted is not None:
-            self.floor = dict(wanted)
-        now = self.day0 + pd.Timedelta(seconds=view.now_s)
-        horizon = now + pd.Timedelta(seconds=self.cfg.window_s * self.cfg.time_scale)
-        due = [r for r in self.schedule.reconfigurations if r.issue_at <= horizon]
-        target = dict(due[-1].config) if due else dict(config)
-        if self.floor:
-            target = {k: max(int(v), int(self.floor.get(k, v))) for k, v in target.items()}
-        target = {**dict(config), **{k: v for k, v in target.items() if k in config}}
-        if target == dict(config):
-            if wanted is not None:  # the loop believes it acted: tell it what is in force
-                self.loop.loop.config_in_force = dict(config)
-            return None
-        return target
-
-    def applied(self, bed, view, config, restart_sim_s) -> None:
-        self.issued.append(self.day0 + pd.Timedelta(seconds=view.now_s))
-        self.loop.sync(config, bed.now_s, restart_sim_s)
+    return PreemptiveSettings(
+        utilization_target=params.utilization_target, latency_slo_ms=params.latency_slo_ms,
+        quantile=params.quantile, forecast_step_s=params.forecast_step_s, horizon_s=params.horizon_s,
+        lead_time_s=params.lead_time_s, stabilization_s=params.stabilization_s,
+        max_reconfigurations_per_day=params.max_reconfigurations_per_day, replan_s=params.replan_s,
+        refit_s=params.refit_s, reactive_trigger=params.reactive_trigger)
 
 
 def run_trace(trace: str, params: Params, days: int, seed: int, repo, traces_dir, progress) -> list:
     from experiments.baselines import (DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy, OraclePolicy,
                                        StaticPolicy)
-    from experiments.replay import PolicyController, ReplayConfig, drive
+    from experiments.replay import PolicyController, PreemptiveController, ReplayConfig, drive
     from experiments.testbed import load_trace
     from modeler.modelfile import load_model, to_graph
     from modeler.queueing import predict
@@ -242,7 +147,7 @@ def run_trace(trace: str, params: Params, days: int, seed: int, repo, traces_dir
     rcfg = ReplayConfig(window_s=params.window_s, time_scale=ts, restart_s=params.restart_s,
                         latency_slo_ms=params.latency_slo_ms, seed=seed)
     controllers = {
-        "augury": lambda: PreemptiveController(truth, rates, day0, params),
+        "augury": lambda: PreemptiveController(truth, rates, day0, settings(params)),
         "flink-autoscaler": lambda: PolicyController(FlinkAutoscalerPolicy(graph, time_scale=ts), settle=True),
         "ds2": lambda: PolicyController(DS2Policy(graph), settle=True),
         "dhalion": lambda: PolicyController(DhalionPolicy(graph, time_scale=ts), settle=True),
