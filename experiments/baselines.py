@@ -150,6 +150,10 @@ class FlinkAutoscalerPolicy:
     scale_down_delay_s: float = 60 * 60
     max_scale_down: float = 0.6
     catch_up_s: float = 30 * 60
+    restart_s: float = 5 * 60
+    """``job.autoscaler.restart.time``: the input that queues up during the restart a change
+    causes must be caught up too, so the scaling target adds ``input x restart / catch-up``
+    (Flink's ``AutoScalerUtils.getTargetProcessingCapacity``, with restart)."""
     time_scale: float = 1.0
     name: str = "flink-autoscaler"
     _history: list = field(default_factory=list)
@@ -179,17 +183,20 @@ class FlinkAutoscalerPolicy:
         if not any(self.low > a.busy_max or a.busy_max > self.high * 0.999 or a.backpressure_max > 0.1
                    for v, a in avg.items() if self.graph.in_degree(v) > 0):
             return None
-        sources = {}
-        for v in self.graph:
-            if self.graph.in_degree(v) == 0 and v in avg:
-                sources[v] = avg[v].arrival_rate + avg[v].backlog / (self.catch_up_s / ts)
-        targets = ds2_targets(self.graph, avg, sources)
+        # Flink's target processing capacity per vertex: input / target utilization + the backlog
+        # caught up within catch_up_s + the input queued during the restart, caught up as well
+        # (both at full utilization). The DS2 propagation is linear, so each part propagates alone.
+        sources = [v for v in self.graph if self.graph.in_degree(v) == 0 and v in avg]
+        inputs = ds2_targets(self.graph, avg, {v: avg[v].arrival_rate for v in sources})
+        backlog = ds2_targets(self.graph, avg, {v: avg[v].backlog / (self.catch_up_s / ts) for v in sources})
         new = dict(config)
-        for v, t in targets.items():
+        for v, rate in inputs.items():
             a = avg.get(v)
             if a is None or self.graph.in_degree(v) == 0 or not math.isfinite(a.true_rate_per_instance):
                 continue
-            want = math.ceil(t / (a.true_rate_per_instance * self.target_utilization) - 1e-9)
+            capacity = (rate / self.target_utilization + rate * self.restart_s / self.catch_up_s
+                        + backlog.get(v, 0.0))
+            want = math.ceil(capacity / a.true_rate_per_instance - 1e-9)
             current = config[v]
             if want < current:
                 # Scale down only after the delay, to the max recommendation seen since, -60 % max.

@@ -60,9 +60,13 @@ def test_flink_rules_target_utilization_and_band():
     assert policy.decide(0.0, _stats(arrival=1000.0, b_busy=0.5), config) is None
     new = policy.decide(1.0, _stats(arrival=3000.0, a_busy=1.0), config)
     # Window averages of both samples: arrival 2000/s; a's MAX busy 0.75 -> true rate 1000/(0.75*2)
-    # = 666.7 per instance -> ceil(2000 / (666.7 * 0.7)) = 5. b: 4000/s at true rate 2000/0.35
-    # = 5714 -> ceil(4000 / 4000) = 1.
-    assert new == {"src": 1, "a": 5, "b": 1}
+    # = 666.7 per instance; target capacity 2000 / 0.7 + 2000 * 300 s restart / 1800 s catch-up
+    # = 3190.5 -> ceil(3190.5 / 666.7) = 5. b: 4000/s at true rate 2000/0.35 = 5714 per instance;
+    # 4000 / 0.7 + 4000 / 6 = 6381 -> 2 (without the restart term exactly 1).
+    assert new == {"src": 1, "a": 5, "b": 2}
+    no_restart = FlinkAutoscalerPolicy(_graph(), time_scale=1.0, restart_s=0.0)
+    no_restart.decide(0.0, _stats(arrival=1000.0, b_busy=0.5), config)
+    assert no_restart.decide(1.0, _stats(arrival=3000.0, a_busy=1.0), config) == {"src": 1, "a": 5, "b": 1}
     # Stabilization: no new action within 5 minutes.
     assert policy.decide(100.0, _stats(arrival=9000.0, a_busy=1.0), new) is None
 
