@@ -1,13 +1,15 @@
 """The live Flink integration test: cluster up, job, metrics into the store, runtime rescale, down.
 
-Runs against a real local Apache Flink (the session cluster of conftest.py: the pinned wheel in its own venv, created on first use,
-about a minute). Bounded by ``BUDGET_S`` through its own deadline arithmetic: every wait below
-gets the time that is left. Fails (never skips) when Java or the wheel is unavailable.
+Runs against a real local Apache Flink (the session cluster of conftest.py: the pinned wheel in
+its own venv, a one-off install before any clock starts). Bounded by ``BUDGET_S``, cluster
+start-up included when this test starts the cluster (it does in a normal run: it is the first
+live test): every wait below gets the time that is left, and conftest.py's SIGALRM timer fails
+the test wherever it is when the budget is spent. Fails (never skips) when Java or the wheel is
+unavailable.
 """
 
 from __future__ import annotations
 
-import time
 import urllib.request
 
 import pytest
@@ -18,19 +20,10 @@ from experiments.flink.jobs import SleepPipelineSpec, submit
 from scheduler.flink import FlinkMetricsConfig, FlinkMetricsSource, write_to_store
 from scheduler.interfaces import MetricsSource, MetricsUnavailable
 
-BUDGET_S = 290.0
+BUDGET_S = 235.0
+"""Cluster start-up + this test, seconds (measured 31 + 33 s at load average 4); with the
+cluster's stop (conftest.STOP_BOUND_S) under the 5 minutes of issue 9."""
 WINDOW_S = 5.0
-
-
-class Deadline:
-    def __init__(self, budget_s: float):
-        self.end = time.monotonic() + budget_s
-
-    def left(self, at_most: float | None = None, at_least: float = 5.0) -> float:
-        left = self.end - time.monotonic()
-        if left <= 0:
-            pytest.fail(f"the live Flink test ran out of its {BUDGET_S:.0f} s budget")
-        return max(at_least, min(left, at_most if at_most is not None else left))
 
 
 def _stored(store, job):
@@ -41,8 +34,8 @@ def _stored(store, job):
 
 @pytest.mark.flink
 @pytest.mark.slow
-def test_live_cluster_metrics_and_rescale(flink_cluster, tmp_path):
-    deadline = Deadline(BUDGET_S)
+def test_live_cluster_metrics_and_rescale(flink_cluster, live_deadline, tmp_path):
+    deadline = live_deadline(BUDGET_S)
     cluster = flink_cluster
     config = cluster.config
     spec = SleepPipelineSpec(rate_per_s=100.0, enrich_ms=5.0, aggregate_ms=5.0, name="augury-it")
