@@ -2,7 +2,8 @@
 
 A 10-operator DAG (two sources, a key-grouped Zipf stage, a fan-out/fan-in); random
 configurations at random rates, evaluated in batches by ``predict_batch``. Goal (issue 2):
->= 100,000 configurations per second on a 2-core machine. Prints its figures.
+>= 100,000 configurations per second on a 2-core machine. Prints its figures, and the load
+average: other work on the machine moves them by 10-20 %.
 
     python experiments/bench/bench_predict.py [--batch 20000] [--repeat 5]
 """
@@ -10,6 +11,7 @@ configurations at random rates, evaluated in batches by ``predict_batch``. Goal 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -65,7 +67,9 @@ def main() -> None:
         predict_batch(compiled, P, rates)
         timings.append(time.perf_counter() - start)
     best = min(timings)
-    print(f"operators: {V}  batch: {args.batch}  repeats: {args.repeat}")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"operators: {V}  batch: {args.batch}  repeats: {args.repeat}  "
+          f"load average (1 min): {load:.2f} on {os.cpu_count()} cores")
     print(f"best batch time: {best * 1000:.1f} ms   median: {np.median(timings) * 1000:.1f} ms")
     print(f"configurations per second: {args.batch / best:,.0f} (goal >= 100,000)")
 
