@@ -44,6 +44,8 @@ same computation for one configuration, so the two cannot disagree.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Mapping, Sequence
@@ -321,15 +323,33 @@ def _waiting(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray,
     return queue1 + clump1, queue2 + 2.0 * queue1 * clump1 + clump2
 
 
+_BLOCK_ROWS = 4096
+"""``predict_batch`` evaluates at most this many rows per vectorized pass: the pass allocates
+a few dozen [rows, operators] temporaries, which stay in the CPU caches at this size (one pass
+over 100,000 rows was ~30 % slower than blocks of 4,096; results are identical)."""
+
+
 def predict_batch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.ndarray | float) -> BatchPrediction:
     """Evaluate configurations ``parallelism`` [n, V] (columns in ``compiled.names`` order) at
-    input rates ``rate`` ([n] or a scalar) in one vectorized pass."""
+    input rates ``rate`` ([n] or a scalar), vectorized (in blocks of ``_BLOCK_ROWS`` rows)."""
     P = np.atleast_2d(np.asarray(parallelism, dtype=np.int64))
     n, V = P.shape
     if V != len(compiled.names):
         raise ConfigError(f"expected {len(compiled.names)} columns ({', '.join(compiled.names)})",
                           field="parallelism", value=V)
     R = np.broadcast_to(np.asarray(rate, dtype=float), (n,)).astype(float)
+    if n <= _BLOCK_ROWS:
+        return _predict_block(compiled, P, R)
+    blocks = [_predict_block(compiled, P[i:i + _BLOCK_ROWS], R[i:i + _BLOCK_ROWS])
+              for i in range(0, n, _BLOCK_ROWS)]
+    fields = {f.name: np.concatenate([getattr(b, f.name) for b in blocks])
+              for f in dataclasses.fields(BatchPrediction) if f.name != "operators"}
+    return BatchPrediction(operators=blocks[0].operators, **fields)
+
+
+def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> BatchPrediction:
+    """``predict_batch`` on one block: ``P`` [n, V] int64, ``R`` [n] float."""
+    n, V = P.shape
     Pf = P.astype(float)
     ES = compiled.service_at(P)  # seconds per tuple per instance
     has_capacity = compiled.service_s > 0
