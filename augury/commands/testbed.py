@@ -30,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_p.add_argument("--duration", required=True, help="simulated time: 30s, 10m, 2h")
     run_p.add_argument("--config", help="parallelism overrides: op=p[,op=p...]")
     run_p.add_argument("--faults", metavar="FILE", help="fault file (YAML/JSON), see docs/testbed.md")
+    run_p.add_argument("--settings", metavar="FILE",
+                       help="testbed settings (YAML/JSON): service_distribution, queue_capacity, "
+                            "network delay, shuffle, contention, per-operator overrides... "
+                            "(TestbedConfig fields, see docs/testbed.md); flags win over the file")
     run_p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     run_p.add_argument("--seed", default="0", help="random seed (same seed, same metrics)")
     run_p.add_argument("--window", default="10s", help="metrics window (default 10s)")
@@ -59,7 +63,8 @@ def _int(text: str, flag: str, minimum: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.testbed import Testbed, TestbedConfig, load_faults, load_trace
+    from experiments.testbed import Testbed, TestbedConfig, TestbedError, load_faults, load_trace
+    from experiments.testbed.config import load_testbed_config
     from experiments.testbed.output import summary, write_outputs
     from modeler.modelfile import load_model
 
@@ -90,7 +95,15 @@ def run(args: argparse.Namespace) -> int:
                              value=args.rate)
         load = parse_positive_float(args.rate, "--rate")
     faults = load_faults(args.faults) if args.faults else ()
-    testbed = Testbed(model, load, TestbedConfig(**kwargs), faults=faults, parallelism=config,
+    if args.settings:
+        settings = load_testbed_config(args.settings, **kwargs)
+        unknown = sorted(set(settings.operators) - set(model.operator_names))
+        if unknown:
+            raise TestbedError(f"unknown operator (known: {', '.join(model.operator_names)})",
+                               file=args.settings, field="operators", value=unknown[0])
+    else:
+        settings = TestbedConfig(**kwargs)
+    testbed = Testbed(model, load, settings, faults=faults, parallelism=config,
                       faults_file=args.faults)
 
     start = time.perf_counter()

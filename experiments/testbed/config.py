@@ -7,8 +7,11 @@ and contention. Times in ms unless a name ends in ``_s``.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping
 
 import pandas as pd
@@ -160,3 +163,62 @@ class TestbedConfig:
 
     def override(self, operator: str) -> OperatorOverride:
         return self.operators.get(operator) or OperatorOverride()
+
+
+def parse_testbed_config(data, source: str | None = None, **overrides) -> TestbedConfig:
+    """A ``TestbedConfig`` from a mapping of its fields (``operators``: {name: {OperatorOverride
+    fields}}), then ``overrides`` (command-line flags win over the file). Unknown keys and bad
+    values raise ``TestbedError`` naming the file, the field and the value."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise TestbedError("must be a mapping of testbed settings", file=source, field="settings",
+                           value=type(data).__name__)
+    known = {f.name for f in dataclasses.fields(TestbedConfig)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in known:
+            raise TestbedError(f"unknown setting (known: {', '.join(sorted(known))})", file=source,
+                               field=str(key), value=value)
+        kwargs[key] = value
+    operators = kwargs.pop("operators", None) or {}
+    if not isinstance(operators, Mapping):
+        raise TestbedError("must be a mapping of operator name to settings", file=source,
+                           field="operators", value=operators)
+    op_fields = {f.name for f in dataclasses.fields(OperatorOverride)}
+    parsed = {}
+    for name, ov in operators.items():
+        if not isinstance(ov, Mapping):
+            raise TestbedError("must be a mapping of operator settings", file=source,
+                               field=f"operators.{name}", value=ov)
+        for key in ov:
+            if key not in op_fields:
+                raise TestbedError(f"unknown operator setting (known: {', '.join(sorted(op_fields))})",
+                                   file=source, field=f"operators.{name}.{key}", value=ov[key])
+        parsed[str(name)] = OperatorOverride(**ov)
+    config = TestbedConfig(**{**kwargs, **overrides}, operators=parsed)
+    if not isinstance(config.start_time, str):  # YAML reads an unquoted timestamp as a datetime
+        config = dataclasses.replace(config, start_time=str(config.start_time))
+    try:
+        return config.validate()
+    except TestbedError as err:
+        raise err.with_file(source) if source is not None else err
+
+
+def load_testbed_config(path: str | Path, **overrides) -> TestbedConfig:
+    """Read a testbed settings file (YAML or JSON; ``TestbedConfig`` fields) and validate it."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise TestbedError(f"cannot read settings file: {err.strerror}", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise TestbedError("settings file is not UTF-8 text", file=str(path)) from None
+    try:
+        data = json.loads(text) if text.lstrip().startswith("{") or path.suffix == ".json" \
+            else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        raise TestbedError(f"malformed settings file: {str(err).splitlines()[0]}", file=str(path)) from None
+    return parse_testbed_config(data, str(path), **overrides)

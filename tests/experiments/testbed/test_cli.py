@@ -83,3 +83,35 @@ def test_unreadable_trace_exits_2(tmp_path, capsys):
     code = main(["testbed", "run", WC, "--trace", str(path), "--duration", "5s", "--out", str(tmp_path / "o"),
                  "--no-progress"])
     assert code == 2 and "unreadable trace" in capsys.readouterr().err
+
+
+def test_settings_file_chooses_the_service_distribution(tmp_path, capsys):
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("service_distribution: lognormal\nqueue_capacity: 50\n"
+                        "operators: {split: {service_distribution: deterministic}}\n")
+    out = tmp_path / "out"
+    code = main(["testbed", "run", WC, "--rate", "300", "--duration", "10s", "--out", str(out),
+                 "--settings", str(settings), "--queue", "80", "--json", "--no-progress"])
+    assert code == 0
+    # a different family gives different metrics than the default (exponential for SCV 1)
+    assert main(["testbed", "run", WC, "--rate", "300", "--duration", "10s", "--out", str(tmp_path / "d"),
+                 "--no-progress"]) == 0
+    assert (out / "metrics.csv").read_text() != (tmp_path / "d" / "metrics.csv").read_text()
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("service_distribution: weibull\n", "field 'service_distribution' = 'weibull'"),
+    ("operators: {split: {service_distribution: pareto}}\n", "operators.split.service_distribution"),
+    ("operators: {nosuch: {service_scv: 2}}\n", "'nosuch'"),
+    ("servce_distribution: gamma\n", "field 'servce_distribution'"),
+    ("restart_s: -3\n", "field 'restart_s' = -3"),
+    ("[1, 2\n", "malformed settings file"),
+])
+def test_bad_settings_exit_2_naming_file_and_field(tmp_path, capsys, text, needle):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    code = main(["testbed", "run", WC, "--rate", "100", "--duration", "5s", "--settings", str(path),
+                 "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert str(path) in err and needle in err, err
