@@ -131,7 +131,10 @@ class Flaky:
 
 
 @pytest.mark.slow
-def test_fault_injection_1000_iterations():
+def test_fault_injection_on_the_fluid_job():
+    # The 1,000 iterations run against the testbed
+    # (tests/scheduler/test_closed_loop.py::test_fault_injection_1000_iterations_on_the_testbed);
+    # here 400 on the fluid job, whose load levels change every 60 steps.
     rng = random.Random(7)
     g = GuardRails(min_parallelism=1, max_parallelism=12, max_change_per_step=3, stabilization_s=20,
                    settle_s=0, scale_down_delay_s=60)
@@ -141,7 +144,7 @@ def test_fault_injection_1000_iterations():
     rates = [300.0, 1000.0, 3000.0, 6000.0, 800.0]
     prev = dict(job.config)
     acted_steps = 0
-    for i in range(1000):
+    for i in range(400):
         if i % 60 == 0:
             job.rate = rates[(i // 60) % len(rates)]
         job.advance(cfg.interval_s)
@@ -154,7 +157,7 @@ def test_fault_injection_1000_iterations():
             assert 1 <= p <= 12
             assert abs(p - prev[op]) <= 3
         prev = dict(job.config)
-    assert flaky.read_ok.count(False) > 200
+    assert flaky.read_ok.count(False) > 80
     assert acted_steps >= 5 and len(job.applied) >= 3
     # stabilization: no two changes closer than stabilization_s (the job's clock)
     times = [t for t, _ in job.applied]
