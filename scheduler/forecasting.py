@@ -40,7 +40,8 @@ class LoadForecastConfig:
     quantile: float = 0.9
     """Forecast quantile the loop sizes for (0 < q < 1)."""
     lookahead_s: float = 600.0
-    """The answer is the highest forecast over [now, now + lookahead_s] (s): a change's lead time."""
+    """The answer is the highest forecast over [now, now + lookahead_s] (s): a change's lead time
+    (longer when the loop has measured a longer restart + settle time on the engine)."""
     refit_s: float = 3600.0
     """Refit the forecaster this often (s); in between, the fit is updated with new history."""
     method: str = "auto"
@@ -77,11 +78,15 @@ class HistoryLoadForecast:
         self.read_history = read_history
         self.config = config
 
-    def __call__(self, now_s: float) -> float | None:
+    def __call__(self, now_s: float, lead_time_s: float | None = None) -> float | None:
+        """The highest ``quantile`` forecast over [now, now + lookahead], the lookahead being
+        ``lookahead_s`` or the loop's measured ``lead_time_s`` (restart + settle), whichever is
+        longer."""
         from modeler.forecast import Forecaster
 
         c = self.config
         c.check()
+        lookahead_s = max(c.lookahead_s, float(lead_time_s or 0.0))
         now = pd.Timestamp(float(now_s), unit="s")
         history = _naive_utc(self.read_history())
         history = history[history.index <= now]
@@ -89,18 +94,18 @@ class HistoryLoadForecast:
             return None
         fitted_at = getattr(self, "fitted_at_s_", None)
         if fitted_at is None or now_s - fitted_at >= c.refit_s:
-            self.result_ = Forecaster(method=c.method, horizon_s=max(c.lookahead_s, 600.0)).fit(history)
+            self.result_ = Forecaster(method=c.method, horizon_s=max(lookahead_s, 600.0)).fit(history)
             self.fitted_at_s_ = float(now_s)
             self.fits_ = getattr(self, "fits_", 0) + 1
         result = self.result_.update(history)
-        steps = max(1, int(math.ceil((now - result.last_timestamp).total_seconds() + c.lookahead_s)
+        steps = max(1, int(math.ceil((now - result.last_timestamp).total_seconds() + lookahead_s)
                            / result.step_s) + 1)
         fc = result.forecast(steps, quantiles=(c.quantile,))
         stamps = pd.DatetimeIndex(fc.timestamps)
         path = np.asarray(fc.quantiles[c.quantile], dtype=float)
         # The grid points covering [now, now + lookahead]: the step holding now and those after.
         keep = (stamps > now - pd.Timedelta(seconds=result.step_s)) & \
-               (stamps <= now + pd.Timedelta(seconds=c.lookahead_s))
+               (stamps <= now + pd.Timedelta(seconds=lookahead_s))
         window = path[keep] if keep.any() else path[:1]
         return float(np.max(window))
 

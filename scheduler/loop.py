@@ -55,11 +55,13 @@ class InstanceRestarter(Protocol):
 
 
 Planner = Callable[[JobModel, float], Any]
-LoadForecast = Callable[[float], "float | None"]
-"""``(now_s) -> the highest forecast input rate (tuples/s) from now until a change decided now
-would be in place (lead time)``, or None when there is no forecast for now. On the trusted path
-the loop sizes for ``max(offered, forecast)``: scale-ups happen before a forecast rise, and a
-scale-down never goes below what the forecast needs (see ``scheduler.forecasting``)."""
+LoadForecast = Callable[[float, "float | None"], "float | None"]
+"""``(now_s, lead_time_s) -> the highest forecast input rate (tuples/s) from now until a change
+decided now would be in place``, or None when there is no forecast for now. ``lead_time_s`` is the
+loop's measured lead time (the engine's last measured restart time plus the settle time; None
+until a change has been measured): the forecast looks at least that far ahead. On the trusted
+path the loop sizes for ``max(offered, forecast)``: scale-ups happen before a forecast rise, and
+a scale-down never goes below what the forecast needs (see ``scheduler.forecasting``)."""
 """``(model, rate) -> Plan`` (``scheduler.plan.Plan``: ``.config``, ``.feasible``, ``.prediction``,
 ``.reasons``)."""
 
@@ -280,6 +282,8 @@ class ControlLoop:
                  config: LoopConfig = LoopConfig(), store: StateStore | None = None,
                  planner: Planner | None = None, load_forecast: LoadForecast | None = None) -> None:
         self.load_forecast = load_forecast
+        self.measured_restart_s: float | None = None
+        """The engine's restart time measured on the last applied change (s)."""
         self.config = config
         self.source = source
         self.actuator = actuator
@@ -307,6 +311,8 @@ class ControlLoop:
         self.last_action_s = float(meta.get("last_action_s", -math.inf) or -math.inf)
         self.settled_after_s = float(meta.get("settled_after_s", -math.inf) or -math.inf)
         self.last_as_of = meta.get("last_as_of")
+        if meta.get("measured_restart_s") is not None:
+            self.measured_restart_s = float(meta["measured_restart_s"])
         if meta.get("model") is not None:
             try:
                 self.model = parse_model(meta["model"], source="state:model")
@@ -316,7 +322,8 @@ class ControlLoop:
     def _save(self, with_model: bool = False) -> None:
         meta = self.store.get_meta("loop") or {}
         meta.update({"trust": self.trust.snapshot(), "last_action_s": _finite(self.last_action_s),
-                     "settled_after_s": _finite(self.settled_after_s), "last_as_of": self.last_as_of})
+                     "settled_after_s": _finite(self.settled_after_s), "last_as_of": self.last_as_of,
+                     "measured_restart_s": self.measured_restart_s})
         if with_model:
             meta["model"] = model_to_dict(self.model)
         self.store.put_meta("loop", meta)
@@ -553,7 +560,9 @@ class ControlLoop:
         if self.load_forecast is None:
             return None, None
         try:
-            ahead = self.load_forecast(w.end_s)
+            lead = (self.measured_restart_s + self.config.guard.settle_s
+                    if self.measured_restart_s is not None else None)
+            ahead = self.load_forecast(w.end_s, lead)
         except Exception as err:  # noqa: BLE001 - a failed forecast leaves the reactive sizing
             return None, f"forecast unavailable ({_err(err)})"
         if ahead is None or not math.isfinite(float(ahead)) or float(ahead) < 0:
@@ -649,6 +658,10 @@ class ControlLoop:
                 self.config_in_force = {k: int(v) for k, v in actuation.config.items()}
             self.last_action_s = float(at_s or 0.0)
             self.settled_after_s = self.last_action_s + float(actuation.restart_s or 0.0) + self.config.guard.settle_s
+            if d.kind != "restart_instance" and actuation.restart_s and actuation.restart_s > 0:
+                # The engine's measured restart time: a forecast-driven change must be decided at
+                # least this long (plus settling) before the load it is for.
+                self.measured_restart_s = float(actuation.restart_s)
             self.detectors.reset()
             self._out_of_band = 0
         rec = self.store.add_action(replace(rec, applied=bool(actuation.applied),

@@ -56,6 +56,34 @@ def test_history_after_now_is_not_used_and_refits_are_periodic():
     assert fc.fits_ == 2 and fc.fitted_at_s_ == t0 + 3600
 
 
+def test_a_measured_lead_time_longer_than_the_lookahead_widens_it():
+    history = daily(8)
+    now = epoch("2024-05-07T09:00:00")
+    short = HistoryLoadForecast(lambda: history, LoadForecastConfig(lookahead_s=600.0))
+    # a 3 h restart + settle measured on the engine: the forecast must cover the rise up to 12:00
+    assert short(now, 3 * 3600.0) > short(now) * 1.2
+    assert short(now, 60.0) == short(now)  # a shorter measured lead time changes nothing
+
+
+def test_the_loop_passes_its_measured_restart_time_to_the_forecast():
+    from scheduler.interfaces import Actuation
+
+    class SlowRestartJob(FluidJob):
+        def apply(self, config, reason=""):
+            a = super().apply(config, reason)
+            return Actuation(applied=a.applied, config=a.config, restart_s=45.0 if a.applied else 0.0,
+                             detail=a.detail)
+
+    seen = []
+    job = SlowRestartJob(service_ms=SERVICE, config={"a": 2, "b": 1}, rate=1000.0)
+    model = parse_model_text(model_text(SERVICE, {"a": 2, "b": 1}))
+    loop = ControlLoop(model, job, job, LoopConfig(guard=GuardRails(stabilization_s=30, settle_s=5)),
+                       load_forecast=lambda now_s, lead_s: seen.append(lead_s) or 3000.0)
+    loop.run(iterations=12, wait=job.advance)
+    assert job.applied and seen[0] is None  # nothing measured before the first change
+    assert seen[-1] == pytest.approx(45.0 + 5.0) and loop.measured_restart_s == 45.0
+
+
 def test_too_little_history_gives_no_forecast():
     fc = HistoryLoadForecast(lambda: daily(1), LoadForecastConfig(min_history_s=2 * 86400))
     assert fc(epoch("2024-05-01T23:00:00")) is None
@@ -91,7 +119,7 @@ def test_loop_scales_up_before_a_forecast_rise():
     job, loop = _loop(None)
     loop.run(iterations=6, wait=job.advance)
     assert loop.trust.state == "trusted" and job.applied == []
-    loop.load_forecast = lambda now_s: 3000.0  # the forecast sees a rise the offered rate has not
+    loop.load_forecast = lambda now_s, lead_s: 3000.0  # the forecast sees a rise the offered rate has not
     steps = loop.run(iterations=6, wait=job.advance)
     assert len(job.applied) == 1 and job.rate == 1000.0
     scale = next(s for s in steps if s.result.applied)
@@ -101,7 +129,7 @@ def test_loop_scales_up_before_a_forecast_rise():
 
 
 def test_loop_never_scales_down_below_the_forecast():
-    job, loop = _loop(lambda now_s: 2000.0)
+    job, loop = _loop(lambda now_s, lead_s: 2000.0)
     job.config = {"a": 5, "b": 3}  # sized for ~3,000/s; 1,000/s offered, 2,000/s forecast
     loop.run(iterations=60, wait=job.advance)
     assert job.applied, "scales down to what the forecast needs"
