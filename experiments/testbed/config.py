@@ -205,20 +205,25 @@ def parse_testbed_config(data, source: str | None = None, **overrides) -> Testbe
         raise err.with_file(source) if source is not None else err
 
 
-def load_testbed_config(path: str | Path, **overrides) -> TestbedConfig:
-    """Read a testbed settings file (YAML or JSON; ``TestbedConfig`` fields) and validate it."""
+def read_document(path: str | Path, kind: str):
+    """The parsed content of a YAML or JSON file (JSON when it starts with ``{`` or ends in
+    ``.json``); ``kind`` names the file in errors ("fault file", "settings file")."""
     import yaml
 
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
-        raise TestbedError(f"cannot read settings file: {err.strerror}", file=str(path)) from None
+        raise TestbedError(f"cannot read {kind}: {err.strerror}", file=str(path)) from None
     except UnicodeDecodeError:
-        raise TestbedError("settings file is not UTF-8 text", file=str(path)) from None
+        raise TestbedError(f"{kind} is not UTF-8 text", file=str(path)) from None
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") or path.suffix == ".json" \
+        return json.loads(text) if text.lstrip().startswith("{") or path.suffix == ".json" \
             else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as err:
-        raise TestbedError(f"malformed settings file: {str(err).splitlines()[0]}", file=str(path)) from None
-    return parse_testbed_config(data, str(path), **overrides)
+        raise TestbedError(f"malformed {kind}: {str(err).splitlines()[0]}", file=str(path)) from None
+
+
+def load_testbed_config(path: str | Path, **overrides) -> TestbedConfig:
+    """Read a testbed settings file (YAML or JSON; ``TestbedConfig`` fields) and validate it."""
+    return parse_testbed_config(read_document(path, "settings file"), str(path), **overrides)

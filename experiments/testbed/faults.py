@@ -21,13 +21,10 @@ Every problem raises ``TestbedError`` naming the file, the field (``faults[2].in
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
-
-import yaml
 
 from experiments.testbed.errors import TestbedError
 
@@ -144,18 +141,9 @@ def parse_faults(data: Any, source: str | None = None) -> tuple[Fault, ...]:
 
 def load_faults(path: str | Path) -> tuple[Fault, ...]:
     """Read and validate a fault file (YAML or JSON)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise TestbedError(f"cannot read fault file: {err.strerror}", file=str(path)) from None
-    except UnicodeDecodeError:
-        raise TestbedError("fault file is not UTF-8 text", file=str(path)) from None
-    try:
-        data = json.loads(text) if text.lstrip().startswith("{") or path.suffix == ".json" \
-            else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
-        raise TestbedError(f"malformed fault file: {str(err).splitlines()[0]}", file=str(path)) from None
+    from experiments.testbed.config import read_document
+
+    data = read_document(path, "fault file")
     return parse_faults(data if data is not None else [], str(path))
 
 

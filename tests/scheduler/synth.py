@@ -137,3 +137,59 @@ def model_text(service_ms: dict, config: dict, max_p: int = 64) -> str:
     names = ["source"] + list(service_ms)
     edges = [f"  - {{from: {a}, to: {b}}}" for a, b in zip(names, names[1:])]
     return "augury: 1\njob: job\noperators:\n" + "\n".join(ops) + "\nedges:\n" + "\n".join(edges) + "\n"
+
+
+class Flaky:
+    """Fault-injecting wrapper around a metrics source + actuator (``inner``: a ``FluidJob`` or
+    the testbed): reads fail (``p_fail``) or come back malformed (``p_malformed``: a truncated row,
+    a NaN value, one operator's rows or one instance's records_in missing), applies fail
+    (``p_act_fail``). ``read_ok`` records each read (False: failed or malformed), ``applies`` each
+    apply attempt (reads so far, config), ``applied`` each applied change (``clock()``, config)."""
+
+    def __init__(self, inner, rng, p_fail=0.2, p_malformed=0.1, p_act_fail=0.1, clock=lambda: 0.0):
+        self.inner, self.rng, self.clock = inner, rng, clock
+        self.p_fail, self.p_malformed, self.p_act_fail = p_fail, p_malformed, p_act_fail
+        self.read_ok: list[bool] = []
+        self.applies: list[tuple[int, dict]] = []
+        self.applied: list[tuple[float, dict]] = []
+
+    def read(self, since_s=None):
+        r = self.rng.random()
+        if r < self.p_fail:
+            self.read_ok.append(False)
+            raise MetricsUnavailable("injected outage")
+        batch = self.inner.read(since_s)
+        if r < self.p_fail + self.p_malformed and batch.rows:
+            self.read_ok.append(False)
+            rows = list(batch.rows)
+            kind = self.rng.randrange(4)
+            k = self.rng.randrange(len(rows))
+            if kind == 0:
+                rows[k] = rows[k][:4]
+            elif kind == 1:
+                rows[k] = rows[k][:6] + (float("nan"),) + rows[k][7:]
+            elif kind == 2:
+                op = rows[k][3]
+                rows = [x for x in rows if x[3] != op]
+            else:
+                op, inst = rows[k][3], rows[k][4]
+                rows = [x for x in rows if not (x[3] == op and x[4] == inst and x[5] == "records_in")]
+            return MetricsBatch(as_of_s=batch.as_of_s, rows=tuple(rows), config=batch.config,
+                                window_s=batch.window_s)
+        self.read_ok.append(True)
+        return batch
+
+    def current(self):
+        return self.inner.current()
+
+    def apply(self, config, reason=""):
+        self.applies.append((len(self.read_ok), dict(config)))
+        if self.rng.random() < self.p_act_fail:
+            raise ActuationFailed("injected failure")
+        result = self.inner.apply(config, reason)
+        if result.applied:
+            self.applied.append((self.clock(), dict(result.config)))
+        return result
+
+    def restart_instance(self, operator, instance, reason=""):
+        return self.inner.restart_instance(operator, instance, reason)

@@ -164,67 +164,13 @@ def test_two_bottlenecks_sized_in_one_step():
     assert {"parse", "enrich"} <= set(scale[0].decision.operators)
 
 
-class FlakyTestbed:
-    """The testbed behind fault-injecting wrappers: reads fail (``p_fail``) or come back malformed
-    (``p_malformed``: a truncated row, a NaN value, an operator or an instance's records_in
-    missing), applies fail (``p_act_fail``)."""
-
-    def __init__(self, tb, rng, p_fail=0.2, p_malformed=0.1, p_act_fail=0.1):
-        self.tb, self.rng = tb, rng
-        self.p_fail, self.p_malformed, self.p_act_fail = p_fail, p_malformed, p_act_fail
-        self.read_ok: list[bool] = []
-        self.applied: list[tuple[float, dict]] = []
-
-    def read(self, since_s=None):
-        from scheduler.interfaces import MetricsBatch, MetricsUnavailable
-
-        r = self.rng.random()
-        if r < self.p_fail:
-            self.read_ok.append(False)
-            raise MetricsUnavailable("injected outage")
-        batch = self.tb.read(since_s)
-        if r < self.p_fail + self.p_malformed and batch.rows:
-            self.read_ok.append(False)
-            rows = list(batch.rows)
-            kind = self.rng.randrange(4)
-            k = self.rng.randrange(len(rows))
-            if kind == 0:
-                rows[k] = rows[k][:4]
-            elif kind == 1:
-                rows[k] = rows[k][:6] + (float("nan"),) + rows[k][7:]
-            elif kind == 2:
-                op = rows[k][3]
-                rows = [x for x in rows if x[3] != op]
-            else:
-                op, inst = rows[k][3], rows[k][4]
-                rows = [x for x in rows if not (x[3] == op and x[4] == inst and x[5] == "records_in")]
-            return MetricsBatch(as_of_s=batch.as_of_s, rows=tuple(rows), config=batch.config,
-                                window_s=batch.window_s)
-        self.read_ok.append(True)
-        return batch
-
-    def current(self):
-        return self.tb.current()
-
-    def apply(self, config, reason=""):
-        from scheduler.interfaces import ActuationFailed
-
-        if self.rng.random() < self.p_act_fail:
-            raise ActuationFailed("injected failure")
-        result = self.tb.apply(config, reason)
-        if result.applied:
-            self.applied.append((self.tb.now_s, dict(result.config)))
-        return result
-
-    def restart_instance(self, operator, instance, reason=""):
-        return self.tb.restart_instance(operator, instance, reason)
-
-
 def test_fault_injection_1000_iterations_on_the_testbed():
     # 1,000 loop iterations against the testbed (2 s windows, the load stepping through five
     # levels) with 20 % failed reads, 10 % malformed batches and 10 % failed actuations: the loop
     # never stops, never acts on a failed or malformed read, and never leaves its guard rails.
     import random
+
+    from tests.scheduler.synth import Flaky
 
     model = load_model("examples/wordcount.yaml")
     max_rate = predict(model, None, 1.0).max_rate
@@ -233,7 +179,7 @@ def test_fault_injection_1000_iterations_on_the_testbed():
     tb = Testbed(model, PiecewiseRate(*zip(*steps)), TestbedConfig(seed=11, window_s=2.0, restart_s=4.0))
     guard = GuardRails(min_parallelism=1, max_parallelism=12, max_change_per_step=4, stabilization_s=20.0,
                        settle_s=2.0, scale_down_delay_s=60.0)
-    flaky = FlakyTestbed(tb, random.Random(5))
+    flaky = Flaky(tb, random.Random(5), clock=lambda: tb.now_s)
     loop = ControlLoop(model, flaky, flaky, LoopConfig(interval_s=2.0, guard=guard, evaluate_after_s=10.0,
                                                        catch_up_s=60.0))
     prev = dict(tb.current())

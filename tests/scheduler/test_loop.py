@@ -4,11 +4,10 @@ from dataclasses import replace
 import pytest
 
 from modeler.modelfile import parse_model_text
-from scheduler.interfaces import ActuationFailed, MetricsBatch, MetricsUnavailable
 from scheduler.loop import ControlLoop, GuardRails, LoopConfig, clamp_config, format_step, in_blackout
 from scheduler.state import InMemoryStateStore, SQLiteStateStore
 from scheduler.trust import TrustConfig
-from tests.scheduler.synth import T0, FluidJob, model_text
+from tests.scheduler.synth import T0, Flaky, FluidJob, model_text
 
 SERVICE = {"a": 1.0, "b": 0.5}
 
@@ -86,48 +85,6 @@ def test_clamp_respects_bounds_and_step():
     g = GuardRails(min_parallelism=2, max_parallelism=64, max_change_per_step=3)
     out = clamp_config({"a": 50, "b": 0}, {"source": 1, "a": 2, "b": 3}, model, g)
     assert out == {"source": 1, "a": 5, "b": 2}
-
-
-class Flaky:
-    """Fault-injecting wrappers: a source failing / corrupting, an actuator failing."""
-
-    def __init__(self, job, rng, p_fail=0.2, p_malformed=0.1, p_act_fail=0.1):
-        self.job, self.rng = job, rng
-        self.p_fail, self.p_malformed, self.p_act_fail = p_fail, p_malformed, p_act_fail
-        self.read_ok = []
-        self.applies = []
-
-    def read(self, since_s=None):
-        r = self.rng.random()
-        if r < self.p_fail:
-            self.read_ok.append(False)
-            raise MetricsUnavailable("injected outage")
-        batch = self.job.read(since_s)
-        if r < self.p_fail + self.p_malformed:
-            self.read_ok.append(False)
-            rows = list(batch.rows)
-            kind = self.rng.randrange(4)
-            k = self.rng.randrange(len(rows))
-            if kind == 0:
-                rows[k] = rows[k][:4]
-            elif kind == 1:
-                rows[k] = rows[k][:6] + (float("nan"),) + rows[k][7:]
-            elif kind == 2:
-                rows = [x for x in rows if x[3] != "b"]
-            else:
-                rows = [x for x in rows if not (x[3] == "a" and x[4] == 0 and x[5] == "records_in")]
-            return MetricsBatch(as_of_s=batch.as_of_s, rows=tuple(rows), config=batch.config)
-        self.read_ok.append(True)
-        return batch
-
-    def current(self):
-        return self.job.current()
-
-    def apply(self, config, reason=""):
-        self.applies.append((len(self.read_ok), dict(config)))
-        if self.rng.random() < self.p_act_fail:
-            raise ActuationFailed("injected failure")
-        return self.job.apply(config, reason)
 
 
 @pytest.mark.slow
