@@ -63,7 +63,7 @@ def _int(text: str, flag: str, minimum: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.testbed import Testbed, TestbedConfig, TestbedError, load_faults, load_trace
+    from experiments.testbed import Testbed, TestbedConfig, load_faults, load_trace
     from experiments.testbed.config import load_testbed_config
     from experiments.testbed.output import summary, write_outputs
     from modeler.modelfile import load_model
@@ -95,14 +95,7 @@ def run(args: argparse.Namespace) -> int:
                              value=args.rate)
         load = parse_positive_float(args.rate, "--rate")
     faults = load_faults(args.faults) if args.faults else ()
-    if args.settings:
-        settings = load_testbed_config(args.settings, **kwargs)
-        unknown = sorted(set(settings.operators) - set(model.operator_names))
-        if unknown:
-            raise TestbedError(f"unknown operator (known: {', '.join(model.operator_names)})",
-                               file=args.settings, field="operators", value=unknown[0])
-    else:
-        settings = TestbedConfig(**kwargs)
+    settings = load_testbed_config(args.settings, model, **kwargs) if args.settings else TestbedConfig(**kwargs)
     testbed = Testbed(model, load, settings, faults=faults, parallelism=config,
                       faults_file=args.faults)
 

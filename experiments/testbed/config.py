@@ -165,10 +165,11 @@ class TestbedConfig:
         return self.operators.get(operator) or OperatorOverride()
 
 
-def parse_testbed_config(data, source: str | None = None, **overrides) -> TestbedConfig:
+def parse_testbed_config(data, source: str | None = None, model=None, **overrides) -> TestbedConfig:
     """A ``TestbedConfig`` from a mapping of its fields (``operators``: {name: {OperatorOverride
-    fields}}), then ``overrides`` (command-line flags win over the file). Unknown keys and bad
-    values raise ``TestbedError`` naming the file, the field and the value."""
+    fields}}), then ``overrides`` (command-line flags win over the file), validated (against
+    ``model``'s operator names when given). Unknown keys and bad values raise ``TestbedError``
+    naming the file, the field and the value."""
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
@@ -200,7 +201,7 @@ def parse_testbed_config(data, source: str | None = None, **overrides) -> Testbe
     if not isinstance(config.start_time, str):  # YAML reads an unquoted timestamp as a datetime
         config = dataclasses.replace(config, start_time=str(config.start_time))
     try:
-        return config.validate()
+        return config.validate(model)
     except TestbedError as err:
         raise err.with_file(source) if source is not None else err
 
@@ -224,6 +225,7 @@ def read_document(path: str | Path, kind: str):
         raise TestbedError(f"malformed {kind}: {str(err).splitlines()[0]}", file=str(path)) from None
 
 
-def load_testbed_config(path: str | Path, **overrides) -> TestbedConfig:
-    """Read a testbed settings file (YAML or JSON; ``TestbedConfig`` fields) and validate it."""
-    return parse_testbed_config(read_document(path, "settings file"), str(path), **overrides)
+def load_testbed_config(path: str | Path, model=None, **overrides) -> TestbedConfig:
+    """Read a testbed settings file (YAML or JSON; ``TestbedConfig`` fields) and validate it
+    (against ``model`` when given)."""
+    return parse_testbed_config(read_document(path, "settings file"), str(path), model, **overrides)
