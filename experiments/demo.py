@@ -86,25 +86,15 @@ class DemoReport:
 # ------------------------------------------------------------------ replay
 
 
-def replay(truth: JobModel, load, cfg: DemoConfig, initial: Mapping[str, int], policy_name: str,
-           decide, duration_s: float) -> ReplayResult:
-    """Run the testbed over the first ``duration_s`` simulated seconds of ``load`` with a
-    controller (``experiments.replay.Controller``) or ``decide(now_trace_s, stats, config)`` called
-    after each window (``experiments.replay.drive``)."""
+def replay(truth: JobModel, load, cfg: DemoConfig, initial: Mapping[str, int], controller,
+           duration_s: float) -> ReplayResult:
+    """Run the testbed over the first ``duration_s`` simulated seconds of ``load`` with
+    ``controller`` (``experiments.replay.Controller``) asked after each window
+    (``experiments.replay.drive``)."""
     from experiments.replay import ReplayConfig, drive
-
-    class _Decide:
-        name = policy_name
-
-        def start(self, bed, rcfg):
-            pass
-
-        def step(self, bed, view, stats, config):
-            return decide(view.now_s, stats, dict(config))
 
     rcfg = ReplayConfig(window_s=cfg.window_s, time_scale=cfg.speedup, restart_s=cfg.restart_s,
                         latency_slo_ms=cfg.latency_slo_ms, backlog_slo_s=1.0, seed=cfg.seed)
-    controller = decide if hasattr(decide, "step") else _Decide()
     r = drive(truth, load, controller, rcfg, initial, duration_s)
     return replace(r, timeline=r.timeline.rename(columns={"t_s": "t_trace_s"}))
 
@@ -114,9 +104,9 @@ def replay(truth: JobModel, load, cfg: DemoConfig, initial: Mapping[str, int], p
 
 def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoReport:
     from experiments import tracking
-    from experiments.baselines import FlinkAutoscalerPolicy
+    from experiments.baselines import FlinkAutoscalerPolicy, StaticPolicy
     from experiments.recording import calibrate_store, ingest_and_summarize, load_plan, record, truth_errors
-    from experiments.replay import PreemptiveController, PreemptiveSettings
+    from experiments.replay import PolicyController, PreemptiveController, PreemptiveSettings
     from experiments.testbed import load_trace
     from history.series import load_series
     from history.spark import spark_session
@@ -180,15 +170,13 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
         max_reconfigurations_per_day=cfg.max_reconfigurations_per_day,
         history_days=max(1, (day0 - pd.Timestamp(cfg.history_start)).days)))
 
-    graph = to_graph(truth)
-    flink = FlinkAutoscalerPolicy(graph, time_scale=cfg.speedup)
+    flink = PolicyController(FlinkAutoscalerPolicy(to_graph(truth), time_scale=cfg.speedup))
+    static = PolicyController(StaticPolicy(name="static-peak"))
     initial = dict(issue_s[0][1]) if issue_s else truth.config
     results = []
-    for name, decide, start in (("augury", augury, initial),
-                                ("flink-autoscaler", lambda t, s, c: flink.decide(t, s, c), truth.config),
-                                ("static-peak", lambda t, s, c: None, peak_config)):
-        progress(f"[4/5] replaying {day0.date()} closed-loop: {name}")
-        results.append(replay(truth, load, cfg, start, name, decide, duration_s=86400 / cfg.speedup))
+    for controller, start in ((augury, initial), (flink, truth.config), (static, peak_config)):
+        progress(f"[4/5] replaying {day0.date()} closed-loop: {controller.name}")
+        results.append(replay(truth, load, cfg, start, controller, duration_s=86400 / cfg.speedup))
 
     progress("[5/5] report")
     plots = _plots(out, forecast, rates[(rates.index >= day0) & (rates.index < day0 + pd.Timedelta(days=1))],
