@@ -44,9 +44,7 @@ same computation for one configuration, so the two cannot disagree.
 
 from __future__ import annotations
 
-import dataclasses
-
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Mapping, Sequence
 
@@ -342,9 +340,9 @@ def predict_batch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.nda
         return _predict_block(compiled, P, R)
     blocks = [_predict_block(compiled, P[i:i + _BLOCK_ROWS], R[i:i + _BLOCK_ROWS])
               for i in range(0, n, _BLOCK_ROWS)]
-    fields = {f.name: np.concatenate([getattr(b, f.name) for b in blocks])
-              for f in dataclasses.fields(BatchPrediction) if f.name != "operators"}
-    return BatchPrediction(operators=blocks[0].operators, **fields)
+    columns = {f.name: np.concatenate([getattr(b, f.name) for b in blocks])
+               for f in fields(BatchPrediction) if f.name != "operators"}
+    return BatchPrediction(operators=blocks[0].operators, **columns)
 
 
 def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> BatchPrediction:

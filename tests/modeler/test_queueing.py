@@ -269,3 +269,22 @@ def test_max_rate_is_where_the_hottest_instance_reaches_one(model):
     assert hottest == pytest.approx(1.0, rel=1e-6)
     assert at.operators[p.bottleneck].max_utilization == pytest.approx(hottest)
     assert not at.saturated and predict(model, None, p.max_rate * 1.001).saturated
+
+
+def test_batches_longer_than_a_block_equal_one_pass(monkeypatch):
+    # predict_batch evaluates in blocks of _BLOCK_ROWS rows; the joined result is the one pass's.
+    import dataclasses
+
+    import modeler.queueing as queueing
+
+    compiled = queueing.compile_model(load_model(str(EXAMPLES / "pipeline.yaml")))
+    rng = np.random.default_rng(0)
+    P = rng.integers(1, 16, size=(2_500, len(compiled.names)))
+    R = rng.uniform(10.0, 5_000.0, len(P))
+    monkeypatch.setattr(queueing, "_BLOCK_ROWS", 1_000)
+    blocked = queueing.predict_batch(compiled, P, R)
+    monkeypatch.setattr(queueing, "_BLOCK_ROWS", 10_000)
+    whole = queueing.predict_batch(compiled, P, R)
+    for f in dataclasses.fields(queueing.BatchPrediction):
+        if f.name != "operators":
+            assert np.array_equal(getattr(blocked, f.name), getattr(whole, f.name), equal_nan=True), f.name
