@@ -13,12 +13,30 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import dataclass
 
 import ciw
 import numpy as np
 
 from modeler.keys import key_group_weights, instance_shares
 from modeler.modelfile import JobModel
+
+
+@dataclass(frozen=True)
+class CiwRun:
+    """One simulation's measurements (times in ms)."""
+
+    latencies_ms: np.ndarray
+    """End-to-end latency of every tuple that entered after the warm-up and left through a sink
+    (first arrival to last exit), sorted."""
+    utilization: dict[str, list[float]]
+    """Per operator, each instance's served tuples per ms x its mean service time."""
+    served: dict[str, list[float]]
+    """Per operator, tuples each instance served after the warm-up."""
+
+    @property
+    def mean_ms(self) -> float:
+        return float(np.mean(self.latencies_ms))
 
 
 class _EngineRouter(ciw.routing.NodeRouting):
@@ -53,8 +71,8 @@ def _service_dist(mean_ms: float, scv: float):
 def simulate(model: JobModel, rate: float, *, horizon_ms: float, warmup_ms: float, seed: int = 1):
     """Run the job at ``rate`` tuples/s.
 
-    Returns (mean end-to-end ms of tuples leaving through a sink, {op: [utilization per instance]},
-    {op: [tuples served per instance after the warm-up]}).
+    Returns a ``CiwRun``: the end-to-end latencies (ms) of tuples that entered after the warm-up
+    and left through a sink, per-instance utilizations and per-instance served counts.
     """
     config = model.config
     nodes: list[tuple[str, int]] = []
@@ -127,4 +145,4 @@ def simulate(model: JobModel, rate: float, *, horizon_ms: float, warmup_ms: floa
         mean_ms = model.operator(op_name).service_time_ms or 0.0
         util.setdefault(op_name, []).append(served * mean_ms / (horizon_ms - warmup_ms))
         counts.setdefault(op_name, []).append(float(served))
-    return float(np.mean(latencies)), util, counts
+    return CiwRun(np.sort(np.asarray(latencies, dtype=float)), util, counts)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 
+import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from modeler.keys import instance_shares, key_group_weights
-from modeler.modelfile import load_model, parse_model
+from modeler.modelfile import load_model, parse_model, to_graph
 from modeler.queueing import compile_model, predict, predict_batch
 from tests.conftest import EXAMPLES
 
@@ -151,9 +152,16 @@ def _with_scv(spec, scv):
 
 
 # Tolerances (from the issue): mean end-to-end latency within 10 % for exponential service and
-# within 20 % for service SCV 0.25 and 4; utilization within 2 % of the prediction plus the
-# simulation's own sampling error (3 standard errors of a count of n served tuples: util/sqrt(n)),
-# since a finite run's arrival and routing counts scatter by that much around their means.
+# within 20 % for service SCV 0.25 and 4; utilization within 2 %. Tails (the issue sets no figure;
+# ours): p95 within 15 % and p99 within 20 % of the simulated quantiles (the model's G/G/1 waits
+# are approximations; the simulated p99 of 4,000-120,000 tuples scatters by a few %).
+# Utilizations are predicted at the input rate the simulation actually delivered (its Poisson
+# count scatters by 1/sqrt(n) around the nominal rate; the model maps rate -> utilization, so it
+# is judged at the realized rate). Instances reached only through deterministic routing
+# (round-robin shuffle after selectivity-1 single out-edges) must then be within 2 % strictly;
+# instances behind a random routing choice (a selectivity split or a key draw, as in an engine,
+# where a filter's verdict and a tuple's key are data) may differ by that binomial draw's own
+# sampling error on top (3 standard errors, at most util / sqrt(n)).
 # `rho` is the utilization of the bottleneck's hottest instance.
 @pytest.mark.slow
 @pytest.mark.parametrize("scv,tolerance", [(1.0, 0.10), (0.25, 0.20), (4.0, 0.20)])
@@ -163,25 +171,49 @@ def test_matches_ciw(topology, scv, tolerance):
 
     model = _with_scv(TOPOLOGIES[topology], scv)
     max_rate = predict(model, None, 1.0).max_rate
+    randomly_routed = _randomly_routed(model)
     for rho in (0.3, 0.6, 0.85):
         rate = rho * max_rate
         # Near saturation the queue's correlation time is long: average two independent
         # replications (seeds) so that sampling error stays well inside the tolerance.
         seeds = (7, 8) if rho > 0.8 else (7,)
-        horizon = 15_000 * (1 + (rho > 0.8)) * (1 + 0.5 * (scv > 1))
-        runs = [simulate(model, rate, horizon_ms=horizon, warmup_ms=2_000, seed=s) for s in seeds]
-        simulated = float(np.mean([lat for lat, _, _ in runs]))
+        horizon, warmup = 15_000 * (1 + (rho > 0.8)) * (1 + 0.5 * (scv > 1)), 2_000
+        runs = [simulate(model, rate, horizon_ms=horizon, warmup_ms=warmup, seed=s) for s in seeds]
+        latencies = np.concatenate([run.latencies_ms for run in runs])
+        simulated = float(np.mean([run.mean_ms for run in runs]))
         predicted = predict(model, None, rate)
         assert predicted.latency_ms["mean"] == pytest.approx(simulated, rel=tolerance), (topology, scv, rho)
-        for op in runs[0][1]:
-            pred_op = predicted.operators[op]
+        sim_p95, sim_p99 = np.quantile(latencies, [0.95, 0.99])
+        assert predicted.latency_ms["p95"] == pytest.approx(sim_p95, rel=0.15), (topology, scv, rho)
+        assert predicted.latency_ms["p99"] == pytest.approx(sim_p99, rel=0.20), (topology, scv, rho)
+
+        delivered = np.mean([sum(sum(run.served[op.name]) for op in model.sources) for run in runs])
+        at_delivered = predict(model, None, delivered / ((horizon - warmup) / 1000.0))
+        for op in runs[0].utilization:
+            pred_op = at_delivered.operators[op]
             if pred_op.utilization == 0:
                 continue
-            util = np.mean([u[op] for _, u, _ in runs], axis=0)
-            served = np.sum([c[op] for _, _, c in runs], axis=0)
+            util = np.mean([run.utilization[op] for run in runs], axis=0)
+            served = np.sum([run.served[op] for run in runs], axis=0)
             for measured, n, expected in zip(util, served, _instance_utilizations(model, op, pred_op)):
-                limit = 0.02 * expected + 3 * measured / np.sqrt(max(n, 1))
+                limit = 0.02 * expected
+                if op in randomly_routed:
+                    limit += 3 * measured / np.sqrt(max(n, 1))
                 assert abs(measured - expected) <= limit, (op, rho, measured, expected)
+
+
+def _randomly_routed(model) -> set[str]:
+    """Operators whose arrivals pass a random routing choice of the Ciw oracle: a key draw, or an
+    upstream operator choosing among out-edges by selectivity (several out-edges, or one with
+    selectivity < 1), anywhere upstream."""
+    out: set[str] = set()
+    for op in nx.topological_sort(to_graph(model)):
+        for e in (e for e in model.edges if e.target == op):
+            siblings = [x for x in model.edges if x.source == e.source]
+            random_choice = e.grouping == "key" or len(siblings) > 1 or e.selectivity != 1.0
+            if random_choice or e.source in out:
+                out.add(op)
+    return out
 
 
 def _instance_utilizations(model, op, pred_op):
@@ -243,7 +275,8 @@ def test_more_shuffle_instances_never_raise_utilization_or_latency(model, load, 
     more = predict(model, {name: base.config[name] + data.draw(st.integers(1, 4))}, rate)
     for op in model.operator_names:
         assert more.operators[op].max_utilization <= base.operators[op].max_utilization + 1e-12
-    assert more.latency_ms["mean"] <= base.latency_ms["mean"] * (1 + 1e-9)
+    for stat in ("mean", "p95", "p99"):  # tails: the inversion is accurate to ~2e-7
+        assert more.latency_ms[stat] <= base.latency_ms[stat] * (1 + (1e-9 if stat == "mean" else 1e-6)), stat
     assert more.max_rate >= base.max_rate * (1 - 1e-12)
 
 
@@ -286,5 +319,7 @@ def test_batches_longer_than_a_block_equal_one_pass(monkeypatch):
     monkeypatch.setattr(queueing, "_BLOCK_ROWS", 10_000)
     whole = queueing.predict_batch(compiled, P, R)
     for f in dataclasses.fields(queueing.BatchPrediction):
-        if f.name != "operators":
+        if f.name not in ("operators", "tail"):  # tail: the lazily inverted p95/p99, checked below
             assert np.array_equal(getattr(blocked, f.name), getattr(whole, f.name), equal_nan=True), f.name
+    for stat in ("p95", "p99"):
+        assert np.allclose(blocked.latency(stat), whole.latency(stat), rtol=1e-9, equal_nan=True), stat

@@ -171,10 +171,9 @@ def test_plan_equals_exhaustive_search_on_examples(name, load, slo_factor, stat)
         op.max_parallelism for op in model.operators if not op.is_source)
     oracle = exhaustive_by_total(model, rate, cfg, max_total=min(total, 80))
     if oracle is None and not result.feasible:
-        # The oracle found nothing up to 80 instances. The planner either proved the SLO out of
-        # reach (mean-latency bound) or says that its budget ran out: it never claims a plan.
-        assert any("SLO" in r for r in result.reasons) or (
-            not result.optimal and "search budget" in result.reasons[0])
+        # The oracle found nothing up to 80 instances. The planner proved the SLO out of reach
+        # (the all-max bound on the statistic itself: mean, p95 and p99 are all monotone).
+        assert result.optimal and any("SLO" in r for r in result.reasons), result.reasons
         return
     _assert_matches(result, oracle, cfg)
 
@@ -353,6 +352,8 @@ def test_relaxed_model_is_a_lower_bound_and_monotone(case):
     real = predict_batch(compiled, P, rate)
     low = predict_batch(relaxed, P, rate)
     assert np.all(low.latency_mean_ms <= real.latency_mean_ms * (1 + 1e-9))
+    for stat in ("p95", "p99"):  # the tails bound as well (numerical inversion: up to ~2e-7)
+        assert np.all(low.latency(stat) <= real.latency(stat) * (1 + 1e-6)), stat
     for names, dom in groups:
         if any(e.grouping == "broadcast" for e in model.edges if e.target in names):
             continue
@@ -361,14 +362,16 @@ def test_relaxed_model_is_a_lower_bound_and_monotone(case):
             Q[:, compiled.index[n]] = np.minimum(Q[:, compiled.index[n]] + 1, dom[-1])
         more = predict_batch(relaxed, Q, rate)
         assert np.all(more.latency_mean_ms <= low.latency_mean_ms * (1 + 1e-9)), names
+        for stat in ("p95", "p99"):
+            assert np.all(more.latency(stat) <= low.latency(stat) * (1 + 1e-6)), (names, stat)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=bound_cases())
 def test_mean_monotone_in_shuffle_fed_linear_operators_and_tails_above_mean(case):
-    """The real model's mean never rises when a monotone group gains an instance, and p95/p99
-    (which are not monotone) are never below the mean: together they make the mean a valid
-    pruning bound for every statistic."""
+    """The real model's mean never rises when a monotone group gains an instance, and neither do
+    p95/p99 (quantiles of the model's own distribution), which are never below the mean: the
+    mean, and the statistic itself, are valid pruning bounds."""
     model, compiled, rows, load = case
     P = compiled.config_array(rows)
     rate = load * predict_batch(compiled, P, 1.0).max_rate.min()
@@ -388,13 +391,18 @@ def test_mean_monotone_in_shuffle_fed_linear_operators_and_tails_above_mean(case
             Q[:, compiled.index[n]] = np.minimum(Q[:, compiled.index[n]] + 1, dom[-1])
         more = predict_batch(compiled, Q, rate)
         assert np.all(more.latency_mean_ms <= base.latency_mean_ms * (1 + 1e-9)), names
+        for stat in ("p95", "p99"):  # now monotone too (the model's own distribution)
+            # 1e-6: the Euler inversion (M = 14) is off by up to ~2e-7 where network hops add
+            # deterministic shifts (found by Hypothesis: 1.3e-7 "rise" that M = 20 shows is a
+            # 9e-9 fall).
+            assert np.all(more.latency(stat) <= base.latency(stat) * (1 + 1e-6)), (names, stat)
 
 
-def test_tail_latency_is_not_monotone_so_plan_never_bounds_with_it():
-    """A counterexample Hypothesis found (all shuffle): giving the sink o4 a second instance
-    raises the p99 (the gamma fitted to the path mixture widens: its variance holds the spread
-    *between* paths, which grows when a short path gets faster; the true mixture's quantile
-    cannot rise). The plan must still be the exhaustive optimum here."""
+def test_tail_latency_is_monotone_on_the_path_mixture():
+    """Formerly a counterexample (all shuffle): giving the sink o4 a second instance raised the
+    p99 of the gamma fitted to the path mixture (its variance holds the spread *between* paths,
+    which grows when a short path gets faster). The quantile of the mixture itself cannot rise,
+    and now that is what the model reports. The plan is still the exhaustive optimum."""
     model = parse_model({"augury": 1, "network_delay_ms": 0.05, "operators": [
         {"name": "src", "role": "source"},
         {"name": "o1", "parallelism": 2, "min_parallelism": 2, "max_parallelism": 2, "service_time_ms": 1.0},
@@ -406,22 +414,19 @@ def test_tail_latency_is_not_monotone_so_plan_never_bounds_with_it():
     rate = 1200.0
     one, two = predict(model, {"o4": 1}, rate), predict(model, {"o4": 2}, rate)
     assert two.latency_ms["mean"] < one.latency_ms["mean"]
-    assert two.latency_ms["p99"] > one.latency_ms["p99"]
-    cfg = PlanConfig(latency_slo_ms=one.latency_ms["p99"] * 1.001, utilization_target=0.9)
+    assert two.latency_ms["p99"] <= one.latency_ms["p99"]
+    cfg = PlanConfig(latency_slo_ms=two.latency_ms["p99"] * 1.0001, utilization_target=0.9)
     result = plan(model, rate, cfg)
-    assert result.config["o4"] == 1 and result.feasible
+    assert result.feasible
     _assert_matches(result, exhaustive_product(model, rate, cfg), cfg)
 
 
-def test_tail_fit_is_not_monotone_even_on_one_path():
-    """The second cause of non-monotone tails (Hypothesis found it while extending issue 2's
-    invariant to p95/p99): on a single path there is no mixture to widen, yet the p99 rises when
-    o1 gains a third instance. The two-moment gamma fit is to blame, not the queueing model: for a
-    gamma with SCV >= 1 the p99 at fixed variance *falls* as the mean rises, so a sojourn whose
-    mean drops more than its variance gets a higher fitted p99. The model's own sojourn
-    distribution (wait 0 with probability 1 - rho, else exponential; plus gamma service),
-    integrated exactly, is monotone. Any fix must replace the moment fit (e.g. invert the
-    path mixture's Laplace transform); when it does, flip this test."""
+def test_tail_is_the_exact_quantile_on_one_path():
+    """The second cause of non-monotone tails is gone: the two-moment gamma fit (for a gamma
+    with SCV >= 1 the p99 at fixed variance *falls* as the mean rises) made the p99 rise when o1
+    gained a third instance. The model now reports the quantile of its own sojourn distribution
+    (wait 0 with probability 1 - rho, else exponential; plus gamma service), which must equal
+    the exact integral and fall with the parallelism."""
     from scipy import integrate, optimize, stats
     from modeler.queueing import _waiting
 
@@ -432,18 +437,20 @@ def test_tail_fit_is_not_monotone_even_on_one_path():
     rate = 0.0625 * predict(model, None, 1.0).max_rate
     two, three = predict(model, {"o1": 2}, rate), predict(model, {"o1": 3}, rate)
     assert three.latency_ms["mean"] < two.latency_ms["mean"]
-    assert three.latency_ms["p99"] > two.latency_ms["p99"]  # the fit's artefact
+    assert three.latency_ms["p99"] < two.latency_ms["p99"]
 
-    def exact_p99(p):  # P(W + S <= x) = F_S(x) - rho * int f_S(t) exp(-(x - t) rho / E[W]) dt
+    def exact(p, q):  # P(W + S <= x) = F_S(x) - rho * int f_S(t) exp(-(x - t) rho / E[W]) dt
         rho, ca2 = rate * 0.5 / 1000.0 / p, 1.0 / p  # round-robin split of a Poisson-like stream
         w1 = float(_waiting(np.array([rho]), np.array([ca2]), 2.0, np.array([1.0]), np.array([1.0]))[0][0])
         service = stats.gamma(0.5, scale=2.0)
         cdf = lambda x: service.cdf(x) - rho * integrate.quad(  # noqa: E731
             lambda t: service.pdf(t) * np.exp(-(x - t) * rho / w1), 0, x, limit=200)[0]
-        return optimize.brentq(lambda x: cdf(x) - 0.99, 1e-6, 100.0, xtol=1e-12)
+        return optimize.brentq(lambda x: cdf(x) - q, 1e-6, 100.0, xtol=1e-12)
 
-    assert exact_p99(3) < exact_p99(2)
-    assert abs(exact_p99(2) - two.latency_ms["p99"]) < 0.01 * two.latency_ms["p99"]
+    for pred, p in ((two, 2), (three, 3)):
+        assert pred.latency_ms["p99"] == pytest.approx(exact(p, 0.99), rel=1e-6)
+        assert pred.latency_ms["p95"] == pytest.approx(exact(p, 0.95), rel=1e-6)
+    assert exact(3, 0.99) < exact(2, 0.99)
 
 
 # ------------------------------------------- the fast SLO search (scheduler/_plan_fast.py)

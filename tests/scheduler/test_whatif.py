@@ -314,7 +314,12 @@ def test_spark_path_equals_local_path(spark, pipeline):
         remote = pd.concat(iter_spark_predictions(spark, model, space, rates, block_rows=200, partitions=3,
                                                   chunk_rows=20), ignore_index=True)
         assert list(remote.columns) == list(local.columns)
-        pd.testing.assert_frame_equal(remote, local, rtol=1e-12)
+        # p95/p99 come from an iterative numerical inversion whose last bits depend on the
+        # batch's composition (numpy's vectorized exp/log round differently in SIMD lanes and
+        # loop tails): equal to 1e-9 (the inversion itself is accurate to ~1e-7).
+        tails = ["latency_p95_ms", "latency_p99_ms"]
+        pd.testing.assert_frame_equal(remote.drop(columns=tails), local.drop(columns=tails), rtol=1e-12)
+        pd.testing.assert_frame_equal(remote[tails], local[tails], rtol=1e-9)
         targets = Targets(latency_slo_ms=20.0)
         pd.testing.assert_frame_equal(cheapest_per_rate(remote, targets, rates), cheapest_per_rate(local, targets, rates))
 
