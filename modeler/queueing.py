@@ -387,7 +387,7 @@ def _waiting(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray,
 def _waiting_parts(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray,
                    clump: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``_waiting``'s two moments and the conditional (positive) queue wait (meaningless where
-    rho is 0: the tails weight it by rho). The arithmetic of main's ``_waiting``, inlined (one
+    rho is 0: the tails weight it by rho). The arithmetic of ``_waiting``, inlined (one
     call per operator in ``predict_batch``: the call overhead shows on 50-operator DAGs)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r = np.clip(rho, 1e-12, 1.0 - 1e-12)
