@@ -59,9 +59,9 @@ class Params:
     speedup: float = 960.0
     """Trace seconds per simulated second (a day in 90 simulated seconds)."""
     window_s: float = 0.25
-    """Metrics window, simulated seconds (4 trace minutes). Violation minutes are counted per
-    window, so a coarse window charges every restart (30 s plus its backlog drain) with the whole
-    window: at 16 minutes that quantization dominated every policy's count."""
+    """Metrics window, simulated seconds (4 trace minutes). Settled windows count whole when
+    violated; a restart's windows are charged its real-time cost (restart plus backlog drain:
+    ``experiments.replay``), so the count does not depend on the window or the compression."""
     restart_s: float = 30.0
     """Restart time per reconfiguration, trace seconds."""
     peak_over_capacity: float = 1.6
