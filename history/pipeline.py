@@ -30,6 +30,12 @@ window_s (``resolve_window`` checks).
 
 Source operators: operators that report ``source_lag``, plus, in jobs that have any edge rows,
 operators that are never the target of an edge.
+
+Speed: the per-instance and per-operator aggregations group on a 64-bit ``operator_key``
+(``xxhash64(job, operator)``) instead of the two strings, and the names are joined back from the
+small ``operator_names`` table after aggregating (a collision fails the query, it never merges
+operators); the source flags come from that table and the edge aggregate, not from a window over
+the operator aggregate.
 """
 
 from __future__ import annotations
@@ -86,8 +92,36 @@ def with_window_start(raw: DataFrame, window_s: float) -> DataFrame:
                           F.timestamp_micros(micros - F.pmod(micros, F.lit(width_us))))
 
 
-def instance_windows(raw: DataFrame, window_s: float) -> DataFrame:
-    """Raw rows -> one row per (window_start, job, operator, instance), metrics as columns."""
+def operator_key(job="job", operator="operator"):
+    """A fixed-width (64-bit) stand-in for the (job, operator) pair: ``xxhash64(job, operator)``.
+
+    The big aggregations group on it instead of the two strings (grouping 10 M rows on two
+    string columns costs more than all the aggregate functions together); ``operator_names``
+    maps it back."""
+    return F.xxhash64(F.col(job) if isinstance(job, str) else job,
+                      F.col(operator) if isinstance(operator, str) else operator)
+
+
+def operator_names(raw: DataFrame) -> DataFrame:
+    """The distinct operators of the raw rows: ``_op`` (= ``operator_key``), job, operator and
+    ``_lag`` (whether the operator reports ``source_lag``).
+
+    A 64-bit hash collision between two operators (odds ~n^2 / 2^65 for n operators) would merge
+    them: the query fails with an error instead (``raise_error``)."""
+    names = raw.groupBy("job", "operator") \
+        .agg(F.max((F.col("metric") == "source_lag").cast("int")).alias("_lag")) \
+        .withColumn("_op", operator_key())
+    same_key = Window.partitionBy("_op")
+    return names.select(
+        F.when(F.count(F.lit(1)).over(same_key) == 1, F.col("_op"))
+        .otherwise(F.raise_error(F.concat(F.lit("operator key collision: job "), F.col("job"),
+                                          F.lit(" operator "), F.col("operator"))))
+        .cast("long").alias("_op"),
+        "job", "operator", (F.col("_lag") == 1).alias("_lag"))
+
+
+def _instance_aggregates(raw: DataFrame, window_s: float) -> DataFrame:
+    """``instance_windows`` keyed on (window_start, ``_op`` = ``operator_key``, instance)."""
     m, v = F.col("metric"), F.col("value")
 
     def total(name: str):
@@ -99,7 +133,7 @@ def instance_windows(raw: DataFrame, window_s: float) -> DataFrame:
     out = F.col("target")
     return (
         with_window_start(raw, window_s)
-        .groupBy("window_start", "job", "operator", "instance")
+        .groupBy("window_start", operator_key().alias("_op"), "instance")
         .agg(
             total("records_in"),
             F.coalesce(F.sum(F.when((m == "records_out") & out.isNull(), v)),
@@ -114,6 +148,14 @@ def instance_windows(raw: DataFrame, window_s: float) -> DataFrame:
         )
         .withColumn("window_s", F.lit(float(window_s)))
     )
+
+
+def instance_windows(raw: DataFrame, window_s: float) -> DataFrame:
+    """Raw rows -> one row per (window_start, job, operator, instance), metrics as columns."""
+    iw = _instance_aggregates(raw, window_s)
+    return (iw.join(F.broadcast(operator_names(raw).drop("_lag")), ["_op"])
+            .select("window_start", "job", "operator", *[c for c in iw.columns
+                                                          if c not in ("window_start", "_op")]))
 
 
 def edge_tuples(raw: DataFrame, window_s: float) -> DataFrame:
@@ -131,10 +173,25 @@ def _safe_div(num, den):
     return F.when(den > 0, num / den)
 
 
-def _operator_stats(iw: DataFrame, edges: DataFrame) -> DataFrame:
-    """Per operator-window aggregates, the source flag and the processed count."""
+def _operator_flags(names: DataFrame, edges: DataFrame) -> DataFrame:
+    """Per operator (small): ``_op``, job, operator, ``is_source``."""
+    edge_jobs = edges.select("job").distinct().withColumn("_edges", F.lit(True))
+    targets = edges.select("job", F.col("target_op").alias("operator")).distinct() \
+        .withColumn("_target", F.lit(True))
+    return (
+        names.join(edge_jobs, ["job"], "left").join(targets, ["job", "operator"], "left")
+        .select("_op", "job", "operator",
+                (F.col("_lag") | (F.coalesce(F.col("_edges"), F.lit(False))
+                                  & F.col("_target").isNull())).alias("is_source"))
+    )
+
+
+def _operator_stats(iw: DataFrame, flags: DataFrame, window_s: float) -> DataFrame:
+    """Per operator-window aggregates (``iw``: ``_instance_aggregates``, keyed on ``_op``; the
+    names and the source flag joined back from the small ``flags`` after aggregating) and the
+    processed count."""
     fraction = lambda ms, covered: _safe_div(F.col(ms), F.col(covered) * 1000.0)  # noqa: E731
-    ops = iw.groupBy("window_start", "window_s", "job", "operator").agg(
+    ops = iw.groupBy("window_start", "_op").agg(
         F.count(F.lit(1)).alias("instances"),
         F.max("parallelism").alias("parallelism_gauge"),
         F.sum("records_in").alias("records_in"), F.max("records_in").alias("max_in"),
@@ -146,21 +203,7 @@ def _operator_stats(iw: DataFrame, edges: DataFrame) -> DataFrame:
         F.avg("queue_len").alias("queue_len_mean"),
         F.sum("source_lag").alias("source_lag"),
         *[F.avg(name).alias(name) for name in LATENCIES],
-    )
-    # Flags without re-reading ``iw``: a window over the (small) operator aggregate, joins with
-    # the (small) edge aggregate.
-    by_operator = Window.partitionBy("job", "operator")
-    edge_jobs = edges.select("job").distinct().withColumn("_edges", F.lit(True))
-    targets = edges.select("job", F.col("target_op").alias("operator")).distinct() \
-        .withColumn("_target", F.lit(True))
-    ops = (
-        ops.withColumn("_lag", F.max(F.col("source_lag").isNotNull().cast("int")).over(by_operator) == 1)
-        .join(F.broadcast(edge_jobs), ["job"], "left")
-        .join(F.broadcast(targets), ["job", "operator"], "left")
-        .withColumn("is_source", F.col("_lag") | (F.coalesce(F.col("_edges"), F.lit(False))
-                                                  & F.col("_target").isNull()))
-        .drop("_lag", "_edges", "_target")
-    )
+    ).join(F.broadcast(flags), ["_op"]).drop("_op").withColumn("window_s", F.lit(float(window_s)))
     from_out = F.col("is_source") & (F.col("records_in").isNull() | (F.col("records_in") == 0))
     return (
         ops.withColumn("processed", F.when(from_out, F.col("records_out")).otherwise(F.col("records_in")))
@@ -181,14 +224,27 @@ def summarize(raw: DataFrame, window_s: float, persist: bool = False) -> Summary
     actions here), so that the three tables do not each re-aggregate the raw rows; the caller
     unpersists (``spark.catalog.clearCache()``).
     """
-    iw = instance_windows(raw, window_s)
+    iw = _instance_aggregates(raw, window_s)
     edges = edge_tuples(raw, window_s)
     if persist:
         from pyspark import StorageLevel
 
         edges = edges.persist(StorageLevel.MEMORY_AND_DISK)
         edges.count()
-    ops = _operator_stats(iw, edges)
+    ops = _operator_stats(iw, _operator_flags(operator_names(raw), edges), window_s)
+
+    # lag growth over every operator's windows (one sort of the small operator aggregate); only
+    # sources' is used: source_rates and the sources' arrival rate in operator_windows
+    order = Window.partitionBy("job", "operator").orderBy("window_start")
+    width_us = int(round(window_s * 1_000_000))
+    consecutive = (F.unix_micros(F.col("window_start"))
+                   - F.unix_micros(F.lag("window_start").over(order))) == width_us
+    previous = F.lag("source_lag").over(order)
+    growth = F.when(F.col("is_source") & consecutive & F.col("source_lag").isNotNull()
+                    & previous.isNotNull(), (F.col("source_lag") - previous) / F.lit(float(window_s)))
+    ops = ops.withColumn("lag_growth_rate", growth).withColumn(
+        "_ext_rate", F.greatest(F.lit(0.0), F.col("processed_rate")
+                                + F.coalesce(F.col("lag_growth_rate"), F.lit(0.0))))
     if persist:
         ops = ops.persist(StorageLevel.MEMORY_AND_DISK)
         ops.count()
@@ -201,28 +257,17 @@ def summarize(raw: DataFrame, window_s: float, persist: bool = False) -> Summary
                 _safe_div(F.col("tuples"), F.col("processed")).alias("selectivity"))
     )
 
-    order = Window.partitionBy("job", "operator").orderBy("window_start")
-    width_us = int(round(window_s * 1_000_000))
-    consecutive = (F.unix_micros(F.col("window_start"))
-                   - F.unix_micros(F.lag("window_start").over(order))) == width_us
-    previous = F.lag("source_lag").over(order)
-    growth = F.when(consecutive & F.col("source_lag").isNotNull() & previous.isNotNull(),
-                    (F.col("source_lag") - previous) / F.lit(float(window_s)))
     source_rates = (
         ops.where(F.col("is_source"))
-        .select("window_start", "window_s", "job", "operator", "processed_rate", "source_lag")
-        .withColumn("lag_growth_rate", growth)
-        .withColumn("arrival_rate", F.greatest(F.lit(0.0), F.col("processed_rate")
-                                               + F.coalesce(F.col("lag_growth_rate"), F.lit(0.0))))
+        .select("window_start", "window_s", "job", "operator", "processed_rate", "source_lag",
+                "lag_growth_rate", F.col("_ext_rate").alias("arrival_rate"))
     )
 
-    incoming = edge_windows.groupBy("window_start", "job", F.col("target_op").alias("operator")) \
-        .agg(F.sum("rate").alias("_in_rate"))
-    external = source_rates.select("window_start", "job", "operator",
-                                   F.col("arrival_rate").alias("_ext_rate"))
+    # the sum of the incoming edges' rates (tuples / W per edge, as in edge_windows.rate)
+    incoming = edges.groupBy("window_start", "job", F.col("target_op").alias("operator")) \
+        .agg(F.sum(F.col("tuples") / F.lit(float(window_s))).alias("_in_rate"))
     ow = (
-        ops.join(external, ["window_start", "job", "operator"], "left")
-        .join(incoming, ["window_start", "job", "operator"], "left")
+        ops.join(incoming, ["window_start", "job", "operator"], "left")
         .withColumn("arrival_basis", F.when(F.col("is_source"), F.lit("external"))
                     .when(F.col("_in_rate").isNotNull(), F.lit("edges")).otherwise(F.lit("processed")))
         .withColumn("arrival_rate", F.when(F.col("is_source"), F.col("_ext_rate"))
