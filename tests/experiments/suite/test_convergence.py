@@ -11,9 +11,11 @@ from experiments.suite.convergence import assess
 
 
 def _timeline(instances, violated, applied):
+    """Settled windows of 60 s, each violated one charged whole (``experiments.replay.drive``)."""
     n = len(instances)
     return pd.DataFrame({"t_s": [60.0 * (k + 1) for k in range(n)], "dt_s": [60.0] * n,
-                         "instances": instances, "violated": violated, "applied": applied})
+                         "instances": instances, "violated": violated, "applied": applied,
+                         "violated_s": [60.0 * bool(v) for v in violated]})
 
 
 def test_assess_one_step_to_the_cheapest():
