@@ -152,17 +152,26 @@ def _with_scv(spec, scv):
 
 
 # Tolerances (from the issue): mean end-to-end latency within 10 % for exponential service and
-# within 20 % for service SCV 0.25 and 4; utilization within 2 %. Tails (the issue sets no figure;
+# within 20 % for service SCV 0.25 and 4; utilizations (each operator's `utilization` and
+# `max_utilization`, as `predict` reports them) within 2 %. Tails (the issue sets no figure;
 # ours): p95 within 15 % and p99 within 20 % of the simulated quantiles (the model's G/G/1 waits
 # are approximations; the simulated p99 of 4,000-120,000 tuples scatters by a few %).
 # Utilizations are predicted at the input rate the simulation actually delivered (its Poisson
 # count scatters by 1/sqrt(n) around the nominal rate; the model maps rate -> utilization, so it
-# is judged at the realized rate). Instances reached only through deterministic routing
-# (round-robin shuffle after selectivity-1 single out-edges) must then be within 2 % strictly;
-# instances behind a random routing choice (a selectivity split or a key draw, as in an engine,
-# where a filter's verdict and a tuple's key are data) may differ by that binomial draw's own
-# sampling error on top (3 standard errors, at most util / sqrt(n)).
+# is judged at the realized rate). What remains is the routing's own randomness (a selectivity
+# split, a key draw: data in an engine): a binomial share s of N tuples scatters by
+# sqrt((1 - s) / (s N)) relative, so with exponential service (utilization = rate x E[S] does
+# not depend on the service distribution, so once per topology and load is enough) a job with
+# random routing runs two replications with N >= 60,000 source tuples between them, which keeps
+# 3 standard errors at 1.5 % (under the 2 %) for every share >= 0.4 (the smallest such share
+# here: the diamond's filter branch 0.4, the skewed job's hottest instance 0.40); there
+# `utilization` and `max_utilization` must be within 2 % strictly. Per instance (colder key
+# shares scatter more) the check is 2 % plus 3 standard errors (at most util / sqrt(n)) behind a
+# random routing choice, 2 % strictly elsewhere.
 # `rho` is the utilization of the bottleneck's hottest instance.
+_MIN_SOURCE_TUPLES = 60_000
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("scv,tolerance", [(1.0, 0.10), (0.25, 0.20), (4.0, 0.20)])
 @pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
@@ -175,9 +184,14 @@ def test_matches_ciw(topology, scv, tolerance):
     for rho in (0.3, 0.6, 0.85):
         rate = rho * max_rate
         # Near saturation the queue's correlation time is long: average two independent
-        # replications (seeds) so that sampling error stays well inside the tolerance.
-        seeds = (7, 8) if rho > 0.8 else (7,)
-        horizon, warmup = 15_000 * (1 + (rho > 0.8)) * (1 + 0.5 * (scv > 1)), 2_000
+        # replications (seeds) so that sampling error stays well inside the tolerance; with
+        # random routing, two replications long enough for the utilization check (above).
+        long_runs = bool(randomly_routed) and scv == 1.0
+        seeds = (7, 8) if rho > 0.8 or long_runs else (7,)
+        warmup = 2_000
+        horizon = 15_000 * (1 + (rho > 0.8)) * (1 + 0.5 * (scv > 1))
+        if long_runs:
+            horizon = max(horizon, warmup + 1000.0 * _MIN_SOURCE_TUPLES / rate / len(seeds))
         runs = [simulate(model, rate, horizon_ms=horizon, warmup_ms=warmup, seed=s) for s in seeds]
         latencies = np.concatenate([run.latencies_ms for run in runs])
         simulated = float(np.mean([run.mean_ms for run in runs]))
@@ -195,11 +209,16 @@ def test_matches_ciw(topology, scv, tolerance):
                 continue
             util = np.mean([run.utilization[op] for run in runs], axis=0)
             served = np.sum([run.served[op] for run in runs], axis=0)
-            for measured, n, expected in zip(util, served, _instance_utilizations(model, op, pred_op)):
-                limit = 0.02 * expected
+            expected = _instance_utilizations(model, op, pred_op)
+            hottest = int(np.argmax(expected))  # the instance the model says is hottest
+            if scv == 1.0:
+                assert util.mean() == pytest.approx(pred_op.utilization, rel=0.02), (op, rho)
+                assert util[hottest] == pytest.approx(pred_op.max_utilization, rel=0.02), (op, rho)
+            for measured, n, want in zip(util, served, expected):
+                limit = 0.02 * want
                 if op in randomly_routed:
                     limit += 3 * measured / np.sqrt(max(n, 1))
-                assert abs(measured - expected) <= limit, (op, rho, measured, expected)
+                assert abs(measured - want) <= limit, (op, rho, measured, want)
 
 
 def _randomly_routed(model) -> set[str]:
