@@ -187,7 +187,8 @@ def _bytes(text: str) -> int:
     return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
 
 
-def run_spark(files: list[str], out: Path, driver_memory: str | None, master: str) -> dict:
+def run_spark(files: list[str], out: Path, driver_memory: str | None, master: str,
+              conf: dict[str, str] | None = None) -> dict:
     """Spark timings (s, JVM start excluded): the full pipeline (``summarize`` with the edge and
     operator aggregates persisted, the three tables written to Parquet, as ``augury history
     summarize`` does), first and second run in the JVM; then ``operator_windows`` alone (warm,
@@ -197,7 +198,7 @@ def run_spark(files: list[str], out: Path, driver_memory: str | None, master: st
     from history.summarize import raw_spark_schema
 
     started = time.perf_counter()
-    spark = spark_session(master=master, app_name="augury-bench", driver_memory=driver_memory)
+    spark = spark_session(master=master, app_name="augury-bench", driver_memory=driver_memory, conf=conf)
     startup = time.perf_counter() - started
 
     def raw():
@@ -247,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spark-master", default="local[2]")
     parser.add_argument("--workdir", default=None, help="where to write data (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the generated data")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra Spark setting for the benchmark session (repeatable), to try one")
     args = parser.parse_args(argv)
+    conf = dict(item.split("=", 1) for item in args.conf)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="augury-bench-"))
     (workdir / "raw").mkdir(parents=True, exist_ok=True)
     try:
@@ -258,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         sample = pq.read_table(files[0])
         in_memory = sample.nbytes / sample.num_rows * rows
         print(f"raw table in memory (Arrow): ~{in_memory / 2**30:.2f} GiB")
-        spark = run_spark(files, workdir / "spark_ow", args.driver_memory, args.spark_master)
+        spark = run_spark(files, workdir / "spark_ow", args.driver_memory, args.spark_master, conf)
+        if conf:
+            print("spark settings tried: " + ", ".join(f"{k}={v}" for k, v in conf.items()))
         print(f"spark   {spark['seconds']:8.1f} s  {rows / spark['seconds']:>12,.0f} rows/s  "
               f"(full pipeline, 3 tables written; first run in the JVM; JVM start excluded: "
               f"{spark['startup_seconds']:.1f} s; driver memory "
