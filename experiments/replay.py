@@ -121,6 +121,13 @@ def drive(truth: JobModel, load, controller: Controller, cfg: ReplayConfig, init
     busy_until = -math.inf  # simulated time the last restart ends
     restart_charge = 0.0  # policy seconds of violation the last restart(s) still owe
     capacity_cache: dict[tuple, float] = {}
+
+    def capacity(config: Mapping[str, int]) -> float:
+        """The truth's max sustainable rate of ``config`` (tuples/s), computed once per config."""
+        key = tuple(sorted(config.items()))
+        if key not in capacity_cache:
+            capacity_cache[key] = predict(truth, config, 0.0).max_rate
+        return capacity_cache[key]
     while bed.now_s < end - 1e-9:
         bed.advance(min(cfg.window_s, end - bed.now_s))
         try:
@@ -133,9 +140,6 @@ def drive(truth: JobModel, load, controller: Controller, cfg: ReplayConfig, init
         stats = window_stats(last, cfg.window_s, lag_before)
         lag_before = {op: s.backlog for op, s in stats.items()}
         config = bed.current()
-        key = tuple(sorted(config.items()))
-        if key not in capacity_cache:
-            capacity_cache[key] = predict(truth, config, 0.0).max_rate
         p99 = last[last["metric"] == "latency_ms_p99"]["value"]
         backlog = sum(stats[s].backlog for s in sources if s in stats)
         arrived = sum(stats[s].arrival_rate for s in sources if s in stats)
@@ -153,7 +157,7 @@ def drive(truth: JobModel, load, controller: Controller, cfg: ReplayConfig, init
         row = {"t_s": view.now_s, "sim_s": bed.now_s, "dt_s": dt_s,
                "rate": load.rate_at(bed.now_s - cfg.window_s / 2) if hasattr(load, "rate_at") else float(load),
                "instances": sum(v for n, v in config.items() if not truth.operator(n).is_source),
-               "capacity": capacity_cache[key],
+               "capacity": capacity(config),
                "p99_ms": float(p99.max()) if len(p99) else float("nan"), "backlog": backlog,
                "arrival_rate": arrived, "violated": violated, "violated_s": violated_s,
                "settled": view.settled,
@@ -166,7 +170,7 @@ def drive(truth: JobModel, load, controller: Controller, cfg: ReplayConfig, init
                 row["applied"] = True
                 busy_until = bed.now_s + float(result.restart_s)
                 restart_charge += restart_cost_s(cfg, float(result.restart_s) * cfg.time_scale,
-                                                 predict(truth, dict(result.config), 0.0).max_rate, arrived)
+                                                 capacity(result.config), arrived)
                 if hasattr(controller, "applied"):
                     controller.applied(bed, view, dict(result.config), float(result.restart_s))
         rows.append(row)

@@ -44,9 +44,9 @@ What is modelled (``../shared/DESIGN.md`` section 2), and the assumptions:
    component is stochastically non-increasing in a shuffle-fed operator's parallelism (rho, the
    conditional wait, the clump, the downstream dispersion all fall), so the tails are monotone
    wherever the mean is. They are computed on first use (``BatchPrediction.latency_p99_ms``,
-   ``latency_at`` for chosen rows, ``Prediction.latency_ms["p99"]``): ~8.5k configurations/s for
-   one quantile, ~4.6k/s for both, on the 10-operator benchmark DAG (load ~3.5 on 2 cores),
-   against ~100k/s for the rest; ~10 ms for one configuration of a 50-operator DAG. The gamma
+   ``latency_at`` for chosen rows, ``Prediction.latency_ms["p99"]``): ~12k configurations/s for
+   one quantile on the 10-operator benchmark DAG (quiet 2-core machine; ~4-7k under load),
+   against ~180k/s for the rest; ~10 ms for one configuration of a 50-operator DAG. The gamma
    fit itself (``approx_latency``) is the planner's cheap ranking heuristic.
 
 ``predict_batch`` evaluates many configurations and rates in one numpy pass; ``predict`` is the
@@ -359,20 +359,6 @@ def _superpose(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[
     return np.where(total > 0, disp, 1.0), np.where(total > 0, clump, 1.0)
 
 
-def _positive_wait(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray) -> np.ndarray:
-    """Mean queue wait of the tuples that wait at all (seconds): Allen-Cunneen with the KLB
-    correction divided by rho, the probability of waiting (exponential given that it waits)."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        r = np.clip(rho, 1e-12, 1.0 - 1e-12)
-        denom = np.maximum(ca2 + cs2, 1e-12)
-        g = np.exp(np.where(
-            ca2 < 1.0,
-            -2.0 * (1.0 - r) * (1.0 - ca2) ** 2 / (3.0 * r * denom),
-            -(1.0 - r) * (ca2 - 1.0) / (ca2 + 4.0 * cs2 + 1e-12),
-        ))
-        return g / (1.0 - r) * (ca2 + cs2) / 2.0 * es
-
-
 def _waiting(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray,
              clump: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and second moment of one instance's waiting time (seconds).
@@ -387,8 +373,8 @@ def _waiting(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray,
 def _waiting_parts(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray,
                    clump: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``_waiting``'s two moments and the conditional (positive) queue wait (meaningless where
-    rho is 0: the tails weight it by rho). The arithmetic of ``_waiting``, inlined (one
-    call per operator in ``predict_batch``: the call overhead shows on 50-operator DAGs)."""
+    rho is 0: the tails weight it by rho). ``predict_batch`` calls this directly: one call per
+    operator yields all three (the call overhead shows on 50-operator DAGs)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r = np.clip(rho, 1e-12, 1.0 - 1e-12)
         denom = np.maximum(ca2 + cs2, 1e-12)
@@ -553,10 +539,6 @@ class _Tail:
                            None if delay is None else delay[rows]) for u, f, delay in flows])
         sinks = [(v, w[rows]) for v, w in self.sinks]
         return _TailRows(len(self.ops), col, es, rho, wait, m, cs2, wide, edges, sinks, self.hop)
-
-    def cdf_pdf(self, t: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """F(t) and f(t) at t [r, Q] for the rows ``rows`` (Euler inversion)."""
-        return self.prepare(rows).cdf_pdf(t)
 
     def gamma_quantiles(self, qs: Sequence[float]) -> np.ndarray:
         """[n, len(qs)] quantiles (seconds) of the shifted gamma fitted to the first two moments:
