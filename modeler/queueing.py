@@ -65,7 +65,7 @@ from scipy.special import gammaincinv
 
 from modeler.errors import ConfigError, ModelError
 from modeler.keys import share_table
-from modeler.modelfile import JobModel, to_graph
+from modeler.modelfile import JobModel, ScalingSpec, to_graph
 
 #: The latency statistics ``Prediction.latency_ms`` reports.
 LATENCY_STATS = ("mean", "p95", "p99")
@@ -256,14 +256,29 @@ class CompiledModel:
     def index(self) -> dict[str, int]:
         return {n: i for i, n in enumerate(self.names)}
 
+    @cached_property
+    def forward_sources(self) -> frozenset[int]:
+        """Operators with a forward out-edge (their per-instance departures feed one instance)."""
+        return frozenset(e.u for es in self.in_edges for e in es if e.grouping == "forward")
+
     def service_at(self, parallelism: np.ndarray) -> np.ndarray:
         """Mean service time per instance [n, V] at the given parallelism (contention scaling)."""
         out = np.broadcast_to(self.service_s, parallelism.shape).astype(float).copy()
-        for j, name in enumerate(self.names):
-            scaling = self.model.operator(name).scaling
-            if scaling.form != "linear" and self.service_s[j] > 0:
-                out[:, j] *= scaling.factor_at(parallelism[:, j])
+        for j, scaling in self.scaled:
+            out[:, j] *= scaling.factor_at(parallelism[:, j])
         return out
+
+    @cached_property
+    def scaled(self) -> tuple[tuple[int, ScalingSpec], ...]:
+        """(column, scaling) of the operators whose service time depends on their parallelism."""
+        return tuple((j, self.model.operator(name).scaling) for j, name in enumerate(self.names)
+                     if self.model.operator(name).scaling.form != "linear" and self.service_s[j] > 0)
+
+    @cached_property
+    def shuffle_fed(self) -> frozenset[int]:
+        """Operators fed by shuffle edges only (one instance class: an even split)."""
+        return frozenset(v for v, es in enumerate(self.in_edges)
+                         if es and all(e.grouping == "shuffle" for e in es))
 
     def config_array(self, configs: Sequence[Mapping[str, int]]) -> np.ndarray:
         """Full parallelism matrix [n, V] from (possibly partial) configurations, validated."""
@@ -731,6 +746,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     """``predict_batch`` on one block: ``P`` [n, V] int64, ``R`` [n] float."""
     n, V = P.shape
     Pf = P.astype(float)
+    inv_p = 1.0 / Pf
     ES = compiled.service_at(P)  # seconds per tuple per instance
     has_capacity = compiled.service_s > 0
 
@@ -740,13 +756,16 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     edge_flow: dict[tuple[int, int], np.ndarray] = {}
     for v in range(V):
         p = P[:, v]
+        even = _Classes(share=inv_p[:, v:v + 1], count=Pf[:, v:v + 1])
         if not compiled.in_edges[v]:
             visit[:, v] = compiled.source_share[v]
-            classes.append(_even(p))
+            classes.append(even)
             continue
         flows, parts = [], []
         for e in compiled.in_edges[v]:
-            f = e.selectivity * visit[:, e.u] * (Pf[:, v] if e.grouping == "broadcast" else 1.0)
+            f = e.selectivity * visit[:, e.u]
+            if e.grouping == "broadcast":
+                f = f * Pf[:, v]
             edge_flow[(e.u, v)] = f
             if e.grouping == "key":
                 # Columns past the largest parallelism in the batch are all zero: drop them.
@@ -755,13 +774,13 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             elif e.grouping == "forward":
                 cls = classes[e.u]
             else:
-                cls = _even(p)
+                cls = even
             flows.append(f)
             parts.append(cls)
         total = sum(flows)
         visit[:, v] = total
         if all(c.width == 1 for c in parts):
-            classes.append(_even(p))
+            classes.append(even)
         else:
             width = max(c.width for c in parts)
             safe = np.where(total > 0, total, 1.0)[:, None]
@@ -770,7 +789,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             share = np.where(total[:, None] > 0, share, exp[0].share)
             classes.append(_Classes(share=share, count=(share > 0).astype(float)))
 
-    hot_share = np.stack([c.share.max(axis=1) for c in classes], axis=1)
+    hot_share = np.stack([c.share.max(axis=1) if c.width > 1 else c.share[:, 0] for c in classes], axis=1)
     # Utilization of the hottest instance per unit of input rate.
     hot_load = visit * hot_share * ES
     hot_load[:, ~has_capacity] = 0.0
@@ -791,11 +810,14 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     # merge again downstream, and merging round-robin substreams of one stream gives the stream
     # back (a Poisson stream split over 2 instances and merged is Poisson, not Erlang-2). The
     # split only shapes each instance's own arrivals (its waiting time).
+    # The waits do not feed the dispersion recursion, so the loop collects every operator's
+    # per-class arrays and one vectorized pass after it computes all waits and sojourn moments
+    # (one call per operator cost more than the arithmetic on 50-operator DAGs).
     stream_out = np.ones((n, V))  # dispersion of the operator's departure stream (before emission)
-    inst_out: list[np.ndarray] = []  # per-instance departure dispersion (for forward edges)
-    dists: list[_OpDist | None] = []  # per-operator sojourn distributions (for the tails)
-    sojourn1 = np.zeros((n, V))  # per-operator sojourn mean (s)
-    sojourn2 = np.zeros((n, V))  # and second moment
+    inst_out: dict[int, np.ndarray] = {}  # per-instance departure dispersion (for forward edges)
+    queued: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    forward_from = compiled.forward_sources
+    shuffle_fed = compiled.shuffle_fed
     for v in range(V):
         cls = classes[v]
         lam_inst = processed[:, v][:, None] * cls.share  # [n, K]
@@ -803,81 +825,110 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         rho = lam_inst * es
         if not compiled.in_edges[v]:
             # External input is split over the source's partitions at random (by key hash).
-            frac = 1.0 / Pf[:, v]
+            frac = inv_p[:, v]
             ca2 = (frac * compiled.arrival_scv[v] + 1.0 - frac)[:, None] * np.ones_like(cls.share)
             clump = np.ones_like(cls.share)
             stream_in = np.full(n, compiled.arrival_scv[v])
+        elif v in shuffle_fed:
+            # Shuffle edges only (one instance class): the merged stream reaches every instance
+            # thinned by 1/p, so the superposition is the stream's own dispersion over p.
+            stream_num = stream_den = clump_num = 0.0
+            for e in compiled.in_edges[v]:
+                s = e.selectivity
+                if s <= 0:
+                    continue
+                rate_e = edge_flow[(e.u, v)] * throughput
+                stream_num = stream_num + rate_e * (stream_out[:, e.u] * s + e.batch_var / s)
+                stream_den = stream_den + rate_e
+                clump_num = clump_num + (rate_e * np.maximum(1.0, (s + e.batch_var / s) * inv_p[:, v])
+                                         if s > 1 else rate_e)
+            live = np.asarray(stream_den) > 0
+            safe = np.where(live, stream_den, 1.0)
+            stream_in = np.where(live, stream_num / safe, 1.0)
+            ca2 = np.where(live, stream_in * inv_p[:, v], 1.0)[:, None]
+            clump = np.where(live, clump_num / safe, 1.0)[:, None]
         else:
             parts = []
             stream_num = np.zeros(n)
             stream_den = np.zeros(n)
+            pv = Pf[:, v]
             for e in compiled.in_edges[v]:
                 s = e.selectivity
                 if s <= 0:
                     continue
                 disp_e = stream_out[:, e.u] * s + e.batch_var / s      # tuple stream of the edge
-                clump_e = np.full(n, s + e.batch_var / s) if s > 1 else np.ones(n)
+                clump_e = s + e.batch_var / s if s > 1 else 1.0
                 rate_e = edge_flow[(e.u, v)] * throughput               # into the whole operator
                 stream_num += rate_e * disp_e
                 stream_den += rate_e
-                pu = Pf[:, e.u]
-                pv = Pf[:, v]
                 if e.grouping == "shuffle":
-                    share = cls.share if cls.width == 1 else np.where(cls.share > 0, 1.0 / pv[:, None], 0.0)
-                    d, m = (disp_e / pv)[:, None], np.maximum(1.0, clump_e / pv)[:, None]
+                    share = cls.share if cls.width == 1 else np.where(cls.share > 0, inv_p[:, v:v + 1], 0.0)
+                    d = (disp_e / pv)[:, None]
+                    m = np.maximum(1.0, clump_e / pv)[:, None] if s > 1 else 1.0
                     r = rate_e[:, None] * share
                 elif e.grouping == "key":
                     sh = e.table[P[:, v], : cls.width]
                     if cls.width == 1:  # uniform key groups: every instance gets 1/p
-                        sh = (1.0 / pv)[:, None]
+                        sh = inv_p[:, v:v + 1]
                     d = sh * disp_e[:, None] + 1.0 - sh
-                    m = 1.0 - sh + sh * clump_e[:, None]
+                    m = 1.0 - sh + sh * clump_e
                     r = rate_e[:, None] * sh
                 elif e.grouping == "broadcast":
                     r = (rate_e / pv)[:, None] * np.ones_like(cls.share)
-                    d, m = disp_e[:, None], clump_e[:, None]
+                    d, m = disp_e[:, None], clump_e
                 else:  # forward: instance i of v is fed by instance i of u only
                     r = rate_e[:, None] * (classes[e.u].share if classes[e.u].width == cls.width else cls.share)
                     u_out = inst_out[e.u] if inst_out[e.u].shape[1] == cls.width else inst_out[e.u].mean(axis=1, keepdims=True)
-                    d, m = u_out * s + e.batch_var / s, clump_e[:, None]
-                if cls.width > 1:
-                    r, d, m = (np.broadcast_to(x, cls.share.shape) for x in (r, d, m))
+                    d, m = u_out * s + e.batch_var / s, clump_e
                 parts.append((r, d, m))
-            if parts:
+            if len(parts) == 1:
+                # One stream: merging changes nothing (where it carries tuples).
+                r, d, m = parts[0]
+                live = r > 0
+                ca2 = np.where(live, d, 1.0)
+                clump = np.where(live, m, 1.0)
+            elif parts:
                 ca2, clump = _superpose(parts)
             else:
                 ca2, clump = np.ones_like(cls.share), np.ones_like(cls.share)
             stream_in = np.where(stream_den > 0, stream_num / np.where(stream_den > 0, stream_den, 1.0), 1.0)
         if has_capacity[v]:
             cs2 = compiled.scv[v]
-            wq, w2, wpos = _waiting_parts(rho, ca2, cs2, es, clump)
-            s1 = es
-            s2 = (1.0 + cs2) * es**2
-            t1 = wq + s1
-            t2 = w2 + 2.0 * wq * s1 + s2
-            cd2 = rho**2 * cs2 + (1.0 - rho**2) * ca2
-        else:
-            t1 = np.zeros_like(cls.share)
-            t2 = np.zeros_like(cls.share)
-            cd2 = ca2
-        weight = cls.share * cls.count  # fraction of the operator's tuples per class
-        if has_capacity[v]:
-            # Raw per-class arrays (broadcast and clipped only when a tail is computed).
-            dists.append(_OpDist(weight, rho, wpos, clump, ES[:, v], float(cs2)))
-        else:
-            dists.append(None)
-        sojourn1[:, v] = (weight * t1).sum(axis=1)
-        sojourn2[:, v] = (weight * t2).sum(axis=1)
-        inst_out.append(cd2)
-        if has_capacity[v]:
+            queued.append((v, rho, ca2, clump, cls.share * cls.count))
+            if v in forward_from:
+                inst_out[v] = rho**2 * cs2 + (1.0 - rho**2) * ca2
             # Whitt's departure approximation for the whole stream (flow-weighted utilization),
             # only where service makes the stream *more* variable. Smoothing by low-variability
             # service is ignored (conservative): it shrinks as instances are added, which would
             # make downstream latency rise with parallelism and break the planner's monotonicity.
-            rho_op = (weight * rho).sum(axis=1)
-            stream_out[:, v] = np.maximum(stream_in, rho_op**2 * compiled.scv[v] + (1.0 - rho_op**2) * stream_in)
+            rho_op = (cls.share * cls.count * rho).sum(axis=1)
+            stream_out[:, v] = np.maximum(stream_in, rho_op**2 * cs2 + (1.0 - rho_op**2) * stream_in)
         else:
+            if v in forward_from:
+                inst_out[v] = ca2
             stream_out[:, v] = stream_in
+
+    # Per-operator sojourn moments from the per-class waits, all operators in one pass.
+    sojourn1 = np.zeros((n, V))  # per-operator sojourn mean (s)
+    sojourn2 = np.zeros((n, V))  # and second moment
+    dists: list[_OpDist | None] = [None] * V  # per-operator sojourn distributions (for the tails)
+    if queued:
+        full = lambda x, w: x if x.shape[1] == w else np.broadcast_to(x, (n, w))
+        widths = [q[1].shape[1] for q in queued]
+        starts = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+        cat = lambda i: np.concatenate([full(q[i], w) for q, w in zip(queued, widths)], axis=1)
+        rho_c, ca2_c, clump_c, weight_c = cat(1), cat(2), cat(3), cat(4)
+        cols = [q[0] for q in queued]
+        es_c = np.repeat(ES[:, cols], widths, axis=1)
+        cs2_c = np.repeat(compiled.scv[cols], widths)
+        wq, w2, wpos = _waiting_parts(rho_c, ca2_c, cs2_c, es_c, clump_c)
+        t1 = wq + es_c
+        t2 = w2 + 2.0 * wq * es_c + (1.0 + cs2_c) * es_c**2
+        sojourn1[:, cols] = np.add.reduceat(weight_c * t1, starts, axis=1)
+        sojourn2[:, cols] = np.add.reduceat(weight_c * t2, starts, axis=1)
+        for (v, rho, _, clump, weight), a, w in zip(queued, starts.tolist(), widths):
+            # Raw per-class arrays (broadcast and clipped only when a tail is computed).
+            dists[v] = _OpDist(weight, rho, wpos[:, a:a + w], clump, ES[:, v], float(compiled.scv[v]))
 
     # 3. End to end: flow-weighted mixture over source->sink paths, by DP in topological order.
     hop = compiled.model.network_delay_ms / 1000.0
@@ -891,27 +942,24 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             m1, m2, d = np.zeros(n), np.zeros(n), np.zeros(n)
         else:
             flows_v = []
-            tot = np.zeros(n)
-            m1 = np.zeros(n)
-            m2 = np.zeros(n)
-            d = np.zeros(n)
+            tot = m1 = m2 = d = 0.0
             for e in compiled.in_edges[v]:
                 f = edge_flow[(e.u, v)] * throughput
-                delay = np.full(n, hop)
+                delay = hop  # a scalar unless output batching adds a per-row buffer wait
                 if timeout > 0:
                     channels = Pf[:, e.u] * (1.0 if e.grouping == "forward" else Pf[:, v])
                     per_channel = np.where(f > 0, f / channels, 0.0)
                     with np.errstate(divide="ignore"):
                         fill = np.where(per_channel > 0,
                                         (compiled.model.buffer_records - 1) / per_channel, 0.0)
-                    delay = delay + np.minimum(timeout, fill) / 2.0
+                    delay = hop + np.minimum(timeout, fill) / 2.0
                 flows_v.append((e.u, f, delay - hop if timeout > 0 else None))
                 a1 = acc1[:, e.u] + delay
                 a2 = acc2[:, e.u] + 2.0 * acc1[:, e.u] * delay + delay**2
-                tot += f
-                m1 += f * a1
-                m2 += f * a2
-                d += f * (det[:, e.u] + delay)
+                tot = tot + f
+                m1 = m1 + f * a1
+                m2 = m2 + f * a2
+                d = d + f * (det[:, e.u] + delay)
             safe = np.where(tot > 0, tot, 1.0)
             m1, m2, d = m1 / safe, m2 / safe, d / safe
             tail_edges[v] = (tot, flows_v)  # flow fractions taken when a tail is computed
