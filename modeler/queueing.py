@@ -234,6 +234,25 @@ class _Edge:
 
 
 @dataclass(frozen=True)
+class _FlowMix:
+    """The end-to-end DP's constant parts for models without broadcast edges (edges in
+    ``CompiledModel.in_edges`` order): ``base`` edge flow per unit throughput, ``B`` [E, V] the
+    flow fraction of edge e into its target, ``AT`` the fractions as a [V, V] matrix (transposed:
+    row u, column v), ``inv_T`` = ((I - A)^-1)^T, ``in_share`` the fractions' sum per operator
+    (1, or 0 for sources and operators without inflow)."""
+
+    u: np.ndarray
+    v: np.ndarray
+    forward: np.ndarray
+    base: np.ndarray
+    B: np.ndarray
+    AT: np.ndarray
+    inv_T: np.ndarray
+    in_share: np.ndarray
+    index: dict
+
+
+@dataclass(frozen=True)
 class CompiledModel:
     """A model prepared for fast evaluation (topological order, edge lists, key tables)."""
 
@@ -255,6 +274,34 @@ class CompiledModel:
     @cached_property
     def index(self) -> dict[str, int]:
         return {n: i for i, n in enumerate(self.names)}
+
+    @cached_property
+    def flow_mix(self) -> "_FlowMix | None":
+        """Constant flow fractions of the end-to-end DP (None with broadcast edges, whose
+        visit ratios depend on the parallelism)."""
+        if any(e.grouping == "broadcast" for es in self.in_edges for e in es):
+            return None
+        V = len(self.names)
+        visit = np.zeros(V)
+        edges = [e for es in self.in_edges for e in es]
+        for v, es in enumerate(self.in_edges):
+            visit[v] = sum(e.selectivity * visit[e.u] for e in es) if es else self.source_share[v]
+        base = np.array([e.selectivity * visit[e.u] for e in edges])
+        tot = np.zeros(V)
+        for e, b in zip(edges, base):
+            tot[e.v] += b
+        frac = np.array([b / tot[e.v] if tot[e.v] > 0 else 0.0 for e, b in zip(edges, base)])
+        B = np.zeros((len(edges), V))
+        A = np.zeros((V, V))
+        for i, e in enumerate(edges):
+            B[i, e.v] = frac[i]
+            A[e.v, e.u] += frac[i]
+        inv = np.linalg.inv(np.eye(V) - A)
+        return _FlowMix(u=np.array([e.u for e in edges], dtype=np.int64),
+                        v=np.array([e.v for e in edges], dtype=np.int64),
+                        forward=np.array([e.grouping == "forward" for e in edges]),
+                        base=base, B=B, AT=A.T.copy(), inv_T=inv.T.copy(), in_share=A.sum(axis=1),
+                        index={(e.u, e.v): i for i, e in enumerate(edges)})
 
     @cached_property
     def forward_sources(self) -> frozenset[int]:
@@ -933,10 +980,76 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     # 3. End to end: flow-weighted mixture over source->sink paths, by DP in topological order.
     hop = compiled.model.network_delay_ms / 1000.0
     timeout = compiled.model.buffer_timeout_ms / 1000.0
-    acc1 = np.zeros((n, V))   # mean latency accumulated up to leaving v
-    acc2 = np.zeros((n, V))   # second moment
-    det = np.zeros((n, V))    # deterministic part (network + buffer waits)
+    mix = compiled.flow_mix
     tail_edges: list = [None] * V
+    if mix is None:  # broadcast edges: flow fractions depend on the parallelism, row by row
+        acc1, acc2, det = _accumulate_rows(compiled, n, Pf, edge_flow, throughput, sojourn1, sojourn2,
+                                           hop, timeout, tail_edges)
+    else:
+        # Constant flow fractions (visit ratios do not depend on the parallelism): the DP
+        # acc1[v] = sum_e frac_e (acc1[u] + delay_e) + sojourn1[v] is linear, solved for all
+        # operators at once with (I - A)^-1 (A: the fractions; unit lower triangular in
+        # topological order). Same sums as the row-by-row DP, in another order.
+        if timeout > 0:
+            f_e = mix.base[None, :] * throughput[:, None]  # [n, E] edge flows
+            pu = Pf[:, mix.u]
+            channels = np.where(mix.forward, pu, pu * Pf[:, mix.v])
+            per_channel = np.where(f_e > 0, f_e / channels, 0.0)
+            with np.errstate(divide="ignore"):
+                fill = np.where(per_channel > 0, (compiled.model.buffer_records - 1) / per_channel, 0.0)
+            delay_e = hop + np.minimum(timeout, fill) / 2.0
+            mean_delay = delay_e @ mix.B          # [n, V]: sum_e frac_e delay_e into v
+            cross_in = lambda a: (2.0 * a[:, mix.u] * delay_e + delay_e**2) @ mix.B
+        else:
+            mean_delay = np.broadcast_to(hop * mix.in_share, (n, V))
+            cross_in = lambda a: 2.0 * hop * (a @ mix.AT) + hop**2 * mix.in_share
+        acc1 = (sojourn1 + mean_delay) @ mix.inv_T     # mean latency accumulated up to leaving v
+        det = mean_delay @ mix.inv_T                   # deterministic part (network + buffer waits)
+        m1 = acc1 @ mix.AT + mean_delay                # mean latency on arrival at v
+        acc2 = (cross_in(acc1) + 2.0 * m1 * sojourn1 + sojourn2) @ mix.inv_T  # second moment
+        for v in range(V):
+            if compiled.in_edges[v]:
+                flows_v = [(e.u, edge_flow[(e.u, v)] * throughput,
+                            delay_e[:, mix.index[(e.u, v)]] - hop if timeout > 0 else None)
+                           for e in compiled.in_edges[v]]
+                tail_edges[v] = (sum(f for _, f, _ in flows_v), flows_v)  # fractions taken when a tail is computed
+    sink_cols = list(compiled.sinks)
+    sink_flow = processed[:, sink_cols]
+    sink_total = sink_flow.sum(axis=1)
+    safe = np.where(sink_total > 0, sink_total, 1.0)
+    e1 = (sink_flow * acc1[:, sink_cols]).sum(axis=1) / safe
+    e2 = (sink_flow * acc2[:, sink_cols]).sum(axis=1) / safe
+    shift = (sink_flow * det[:, sink_cols]).sum(axis=1) / safe
+    var = np.maximum(e2 - e1**2, 0.0)
+    sink_w = sink_flow / safe[:, None]
+    if len(sink_cols) == 1:
+        sink_w = np.ones_like(sink_w)
+    tail = _Tail(ops=dists, edges=tail_edges,
+                 sinks=[(v, sink_w[:, j]) for j, v in enumerate(sink_cols)], hop=hop,
+                 mean=e1, var=var, shift=shift, valid=~saturated & np.isfinite(e1) & np.isfinite(var))
+
+    nan = np.nan
+    return BatchPrediction(
+        operators=compiled.names, parallelism=P, rate=R, max_rate=max_rate, throughput=throughput,
+        saturated=saturated, bottleneck=bottleneck, utilization=mean_util, max_utilization=max_util,
+        processed_rate=processed, arrival_rate=arrival, hot_share=hot_share,
+        sojourn_ms=np.where(saturated[:, None], nan, sojourn1 * 1000.0),
+        latency_mean_ms=np.where(saturated, nan, e1 * 1000.0),
+        output_rate=sink_total, tail=tail,
+    )
+
+
+def _accumulate_rows(compiled: CompiledModel, n: int, Pf: np.ndarray, edge_flow: dict, throughput: np.ndarray,
+                     sojourn1: np.ndarray, sojourn2: np.ndarray, hop: float, timeout: float,
+                     tail_edges: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The end-to-end DP in topological order, row by row (flow fractions per row: broadcast
+    edges make the visit ratios depend on the parallelism). Returns (acc1, acc2, det) [n, V]:
+    the mean and second moment of the latency accumulated up to leaving each operator and its
+    deterministic part; fills ``tail_edges``."""
+    V = len(compiled.names)
+    acc1 = np.zeros((n, V))
+    acc2 = np.zeros((n, V))
+    det = np.zeros((n, V))
     for v in range(V):
         if not compiled.in_edges[v]:
             m1, m2, d = np.zeros(n), np.zeros(n), np.zeros(n)
@@ -966,30 +1079,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         acc1[:, v] = m1 + sojourn1[:, v]
         acc2[:, v] = m2 + 2.0 * m1 * sojourn1[:, v] + sojourn2[:, v]
         det[:, v] = d
-    sink_cols = list(compiled.sinks)
-    sink_flow = processed[:, sink_cols]
-    sink_total = sink_flow.sum(axis=1)
-    safe = np.where(sink_total > 0, sink_total, 1.0)
-    e1 = (sink_flow * acc1[:, sink_cols]).sum(axis=1) / safe
-    e2 = (sink_flow * acc2[:, sink_cols]).sum(axis=1) / safe
-    shift = (sink_flow * det[:, sink_cols]).sum(axis=1) / safe
-    var = np.maximum(e2 - e1**2, 0.0)
-    sink_w = sink_flow / safe[:, None]
-    if len(sink_cols) == 1:
-        sink_w = np.ones_like(sink_w)
-    tail = _Tail(ops=dists, edges=tail_edges,
-                 sinks=[(v, sink_w[:, j]) for j, v in enumerate(sink_cols)], hop=hop,
-                 mean=e1, var=var, shift=shift, valid=~saturated & np.isfinite(e1) & np.isfinite(var))
-
-    nan = np.nan
-    return BatchPrediction(
-        operators=compiled.names, parallelism=P, rate=R, max_rate=max_rate, throughput=throughput,
-        saturated=saturated, bottleneck=bottleneck, utilization=mean_util, max_utilization=max_util,
-        processed_rate=processed, arrival_rate=arrival, hot_share=hot_share,
-        sojourn_ms=np.where(saturated[:, None], nan, sojourn1 * 1000.0),
-        latency_mean_ms=np.where(saturated, nan, e1 * 1000.0),
-        output_rate=sink_total, tail=tail,
-    )
+    return acc1, acc2, det
 
 
 class _LatencyMap(Mapping):

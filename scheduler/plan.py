@@ -131,6 +131,11 @@ _TAIL_FRONTIER = 2_000
 """Frontier (partial assignments) at which the fast path gives up on a p95/p99 SLO: the mean
 bound prunes little against a tail SLO on large DAGs (50 operators: past 2,000 within ~10 ms, past
 5,000 within ~40 ms, never finishing); the exhaustive-search tests on small DAGs pass with it."""
+_TAIL_EXACT_LIMIT = 100_000
+"""With a p95/p99 SLO, the fast path's exact search is not started when more configurations than
+this have fewer instances than the greedy allocation (the mean bound prunes little against a tail
+SLO, so the search would pass ``_TAIL_FRONTIER`` and give up anyway: ~35 ms lost on 50 operators,
+where one level above the utilization-minimal counts already has C(48+4, 4) ~ 270,000)."""
 _JUMP_SHARE = 0.5
 """A greedy jump takes the round's best increments whose first-order reductions of the ranked
 statistic add up to at most this share of the remaining gap (0.5: the same instance counts as single steps
@@ -253,6 +258,8 @@ class _Problem:
         self.evaluations = 0
         self.tail_ratio = 1.0
         """Last exact / gamma-fit ratio of the statistic the greedy saw (p95/p99 heuristics)."""
+        self.greedy_result: tuple[np.ndarray, float] | None = None
+        """``_greedy``'s answer (values, latency statistic), once the fast path ran it."""
         self.greedy_at: tuple[BatchPrediction, int] | None = None
         """Where ``_greedy``'s answer was evaluated (batch, row), when it was."""
         self.b_batch: BatchPrediction | None = None
@@ -838,6 +845,21 @@ def _finish(prob: _Problem, values: np.ndarray | None, feasible: bool, reasons: 
                 latency_stat=prob.stat, evaluations=prob.evaluations, variable=variable)
 
 
+def _count_cheaper(costs: list[np.ndarray], k: int) -> float:
+    """How many configurations have fewer than ``k`` extra instances, ``costs[t]`` the extra
+    instances of operator t's allowed values (a counting knapsack; a float: it can be huge)."""
+    if k <= 0:
+        return 0.0
+    ways = np.zeros(k)
+    ways[0] = 1.0
+    for c in costs:
+        nxt = np.zeros(k)
+        for extra in c[c < k].tolist():
+            nxt[extra:] += ways[: k - extra]
+        ways = nxt
+    return float(ways.sum())
+
+
 def _extra(prob: _Problem, vals: np.ndarray, b: np.ndarray) -> int:
     return int(sum(g.size * (int(v) - int(bj)) for g, v, bj in zip(prob.var, vals, b)))
 
@@ -1066,6 +1088,21 @@ def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes:
             return _finish(prob, b, True, notes, True, batch=(batch, 0))
         return _finish(prob, b, False, [f"latency {stat} {lat:.4g} ms > SLO {slo:g} ms and no operator's "
                                         "parallelism may change"], True, batch=(batch, 0))
+    if stat != "mean":
+        # The mean is the only bound against a p95/p99 SLO and prunes little: when the
+        # configurations cheaper than the greedy's are too many to examine one by one, the exact
+        # search cannot finish (its frontier passes _TAIL_FRONTIER first) and is not started.
+        g_vals, g_lat = prob.greedy_result = _greedy(prob, b)
+        if g_lat <= slo * (1 + _LAT_EPS):
+            k_g = _extra(prob, g_vals, b)
+            cheaper = _count_cheaper([d - d[0] for d in domains], k_g)
+            if cheaper > _TAIL_EXACT_LIMIT:
+                note = (f"{cheaper:.3g} configurations have fewer instances than the greedy allocation "
+                        f"and the mean, the only bound on a {stat}, prunes little: not searched "
+                        f"(more than {_TAIL_EXACT_LIMIT:,}); returning the greedy allocation ({stat} "
+                        f"{g_lat:.4g} ms, {k_g} instance(s) beyond the utilization-minimal counts), "
+                        "not proven cheapest")
+                return _finish(prob, g_vals, True, notes + [note], False, batch=prob.greedy_at)
     base = prob.config_matrix(b)[0]
     knap = _plan_fast.Knapsack(fm, ops, domains, base, k_cap=32)
     slo_s = slo / 1000.0
@@ -1164,7 +1201,7 @@ def _fast_fallback(prob: _Problem, knap: "_plan_fast.Knapsack", k0: int, notes: 
     b = knap.base[knap.ops]
     found: list[tuple[int, float, np.ndarray, tuple[BatchPrediction, int] | None]] = []
     # The greedy first: floor-optimal configurations above its instance count cannot win.
-    g_vals, g_lat = _greedy(prob, b)
+    g_vals, g_lat = prob.greedy_result if prob.greedy_result is not None else _greedy(prob, b)
     k_last = knap.total
     if g_lat <= slo * (1 + _LAT_EPS):
         found.append((_extra(prob, g_vals, b), g_lat, g_vals, prob.greedy_at))
