@@ -570,6 +570,10 @@ class _Tail:
     var: np.ndarray
     shift: np.ndarray
     valid: np.ndarray    # rows with a finite, non-degenerate distribution
+    stacked: tuple | None
+    """(rho [n, W], wait [n, W], clump [n, W], column of each operator's first instance class)
+    of every operator with a capacity side by side, as ``predict_batch`` computed them: the
+    one-class operators' columns are gathered from these in one step."""
 
     def prepare(self, rows: np.ndarray) -> "_TailRows":
         """The transform's inputs for the rows ``rows``, gathered once (operators with one
@@ -578,13 +582,12 @@ class _Tail:
         col = {v: j for j, v in enumerate(narrow)}
         wide = {v: d.take(rows) for v, d in enumerate(self.ops) if d is not None and v not in col}
         if narrow:
-            N = self.mean.shape[0]
-            stack = lambda name: np.concatenate(
-                [np.broadcast_to(getattr(self.ops[v], name).reshape(N, -1), (N, 1)) for v in narrow], axis=1)[rows]
+            rho_all, wait_all, clump_all, first = self.stacked
+            pos = [first[v] for v in narrow]
             es = np.stack([self.ops[v].es for v in narrow], axis=1)[rows]
-            rho = np.clip(stack("rho"), 0.0, 1.0)
-            wait = np.where(rho > 0, stack("wait"), 0.0)
-            m = stack("clump")
+            rho = np.clip(rho_all[np.ix_(rows, pos)], 0.0, 1.0)
+            wait = np.where(rho > 0, wait_all[np.ix_(rows, pos)], 0.0)
+            m = clump_all[np.ix_(rows, pos)]
             cs2 = np.array([self.ops[v].cs2 for v in narrow])
         else:
             es = rho = wait = m = np.zeros((len(rows), 0))
@@ -959,6 +962,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     sojourn1 = np.zeros((n, V))  # per-operator sojourn mean (s)
     sojourn2 = np.zeros((n, V))  # and second moment
     dists: list[_OpDist | None] = [None] * V  # per-operator sojourn distributions (for the tails)
+    stacked = None
     if queued:
         full = lambda x, w: x if x.shape[1] == w else np.broadcast_to(x, (n, w))
         widths = [q[1].shape[1] for q in queued]
@@ -973,6 +977,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         t2 = w2 + 2.0 * wq * es_c + (1.0 + cs2_c) * es_c**2
         sojourn1[:, cols] = np.add.reduceat(weight_c * t1, starts, axis=1)
         sojourn2[:, cols] = np.add.reduceat(weight_c * t2, starts, axis=1)
+        stacked = (rho_c, wpos, clump_c, dict(zip(cols, starts.tolist())))
         for (v, rho, _, clump, weight), a, w in zip(queued, starts.tolist(), widths):
             # Raw per-class arrays (broadcast and clipped only when a tail is computed).
             dists[v] = _OpDist(weight, rho, wpos[:, a:a + w], clump, ES[:, v], float(compiled.scv[v]))
@@ -1026,7 +1031,8 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         sink_w = np.ones_like(sink_w)
     tail = _Tail(ops=dists, edges=tail_edges,
                  sinks=[(v, sink_w[:, j]) for j, v in enumerate(sink_cols)], hop=hop,
-                 mean=e1, var=var, shift=shift, valid=~saturated & np.isfinite(e1) & np.isfinite(var))
+                 mean=e1, var=var, shift=shift, valid=~saturated & np.isfinite(e1) & np.isfinite(var),
+                 stacked=stacked)
 
     nan = np.nan
     return BatchPrediction(

@@ -78,8 +78,12 @@ How, and why it is optimal for the model (``modeler.queueing``):
    and each complete configuration found drops higher levels and tightens its own. (d) The surviving complete configurations are checked with
    ``predict_batch``; the first level with one meeting the targets is the answer, its lowest
    latency the tie-break. For p95/p99 the pruning bound is still the mean (the tails are
-   monotone but not separable, so the knapsack cannot hold them): exact on small DAGs; when the
-   frontier passes ``_TAIL_FRONTIER`` partial assignments the plan is the cheaper of the greedy and the first
+   monotone but not separable, so the knapsack cannot hold them): exact on small DAGs. For
+   p95/p99 the greedy runs first; when more than ``_TAIL_EXACT_LIMIT`` configurations have fewer
+   instances than its answer (one level above the utilization-minimal counts of 48 operators
+   already has ~270,000), the exact search is not started and the greedy's answer is the plan,
+   with ``optimal=False`` and the count in the reasons. Otherwise, when the frontier passes
+   ``_TAIL_FRONTIER`` partial assignments, the plan is the cheaper of the greedy and the first
    floor-optimal allocation (levels up to the greedy's count only) that meet the SLO, with
    ``optimal=False``. A p95/p99 is a numerical inversion (~10 ms for one row of a 50-operator
    DAG, ~2 ms a row in batches), so it is computed only where needed: the greedy ranks its steps
