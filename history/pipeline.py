@@ -34,8 +34,9 @@ operators that are never the target of an edge.
 Speed: the per-instance and per-operator aggregations group on a 64-bit ``operator_key``
 (``xxhash64(job, operator)``) instead of the two strings, and the names are joined back from the
 small ``operator_names`` table after aggregating (a collision fails the query, it never merges
-operators); the source flags come from that table and the edge aggregate, not from a window over
-the operator aggregate.
+operators); the names and the source flags come from one small aggregate of the raw rows per
+(job, operator, target) (``_operators``: one scan, where separate name, edge-target and
+edge-job tables scanned the raw rows three times).
 """
 
 from __future__ import annotations
@@ -102,22 +103,44 @@ def operator_key(job="job", operator="operator"):
                       F.col(operator) if isinstance(operator, str) else operator)
 
 
-def operator_names(raw: DataFrame) -> DataFrame:
-    """The distinct operators of the raw rows: ``_op`` (= ``operator_key``), job, operator and
-    ``_lag`` (whether the operator reports ``source_lag``).
+def _operators(raw: DataFrame) -> DataFrame:
+    """The distinct operators of the raw rows, from one scan: ``_op`` (= ``operator_key``), job,
+    operator, ``_lag`` (the operator reports ``source_lag``) and ``is_source`` (it reports
+    ``source_lag``, or its job has edges and no edge targets it).
 
+    One small aggregate per (job, operator, target) carries whether the operator reports
+    ``source_lag`` and whether it sends records_out to that target; windows over its jobs give
+    the jobs with edges and the edge targets (no further scans of the raw rows, no joins).
     A 64-bit hash collision between two operators (odds ~n^2 / 2^65 for n operators) would merge
     them: the query fails with an error instead (``raise_error``)."""
-    names = raw.groupBy("job", "operator") \
-        .agg(F.max((F.col("metric") == "source_lag").cast("int")).alias("_lag")) \
-        .withColumn("_op", operator_key())
+    m, target = F.col("metric"), F.col("target")
+    links = raw.groupBy("job", "operator", "target").agg(
+        F.max((m == "source_lag").cast("int")).alias("_lag"),
+        F.max(((m == "records_out") & target.isNotNull()).cast("int")).alias("_edge"))
+    job = Window.partitionBy("job")
+    targets = F.collect_set(F.when(F.col("_edge") == 1, target)).over(job)
+    names = links.select(
+        "job", "operator", "_lag", F.max("_edge").over(job).alias("_job_edges"),
+        F.array_contains(targets, F.col("operator")).cast("int").alias("_target"),
+    ).groupBy("job", "operator").agg(
+        F.max("_lag").alias("_lag"), F.max("_job_edges").alias("_job_edges"),
+        F.max("_target").alias("_target"),
+    ).withColumn("_op", operator_key())
     same_key = Window.partitionBy("_op")
     return names.select(
         F.when(F.count(F.lit(1)).over(same_key) == 1, F.col("_op"))
         .otherwise(F.raise_error(F.concat(F.lit("operator key collision: job "), F.col("job"),
                                           F.lit(" operator "), F.col("operator"))))
         .cast("long").alias("_op"),
-        "job", "operator", (F.col("_lag") == 1).alias("_lag"))
+        "job", "operator", (F.col("_lag") == 1).alias("_lag"),
+        ((F.col("_lag") == 1) | ((F.col("_job_edges") == 1) & (F.col("_target") == 0)))
+        .alias("is_source"))
+
+
+def operator_names(raw: DataFrame) -> DataFrame:
+    """The distinct operators of the raw rows: ``_op`` (= ``operator_key``), job, operator and
+    ``_lag`` (whether the operator reports ``source_lag``); see ``_operators``."""
+    return _operators(raw).drop("is_source")
 
 
 def _instance_aggregates(raw: DataFrame, window_s: float) -> DataFrame:
@@ -173,19 +196,6 @@ def _safe_div(num, den):
     return F.when(den > 0, num / den)
 
 
-def _operator_flags(names: DataFrame, edges: DataFrame) -> DataFrame:
-    """Per operator (small): ``_op``, job, operator, ``is_source``."""
-    edge_jobs = edges.select("job").distinct().withColumn("_edges", F.lit(True))
-    targets = edges.select("job", F.col("target_op").alias("operator")).distinct() \
-        .withColumn("_target", F.lit(True))
-    return (
-        names.join(edge_jobs, ["job"], "left").join(targets, ["job", "operator"], "left")
-        .select("_op", "job", "operator",
-                (F.col("_lag") | (F.coalesce(F.col("_edges"), F.lit(False))
-                                  & F.col("_target").isNull())).alias("is_source"))
-    )
-
-
 def _operator_stats(iw: DataFrame, flags: DataFrame, window_s: float) -> DataFrame:
     """Per operator-window aggregates (``iw``: ``_instance_aggregates``, keyed on ``_op``; the
     names and the source flag joined back from the small ``flags`` after aggregating) and the
@@ -231,7 +241,8 @@ def summarize(raw: DataFrame, window_s: float, persist: bool = False) -> Summary
 
         edges = edges.persist(StorageLevel.MEMORY_AND_DISK)
         edges.count()
-    ops = _operator_stats(iw, _operator_flags(operator_names(raw), edges), window_s)
+    ops = _operator_stats(iw, _operators(raw).select("_op", "job", "operator", "is_source"),
+                          window_s)
 
     # lag growth over every operator's windows (one sort of the small operator aggregate); only
     # sources' is used: source_rates and the sources' arrival rate in operator_windows

@@ -1,13 +1,21 @@
 """The one place that starts Spark: ``spark_session(master, app_name, driver_memory)``.
 
-Local mode by default (``local[2]``), any master URL otherwise. The UI is off, shuffles use 2
-partitions (metric tables are small per key; raise it on a cluster with ``shuffle_partitions``),
-the session time zone is UTC, local Python workers run this interpreter (``PYSPARK_PYTHON``), Parquet timestamps are written as INT64 micros (readable by
+Local mode by default (``local[2]``), any master URL otherwise. The UI is off, the session time
+zone is UTC, local Python workers run this interpreter (``PYSPARK_PYTHON``), Parquet timestamps are written as INT64 micros (readable by
 pyarrow as UTC timestamps), and the JVM logs only errors. Starting Spark needs Java; when it
 cannot start, ``SparkUnavailable`` (exit code 3) says why, naming ``--spark-master`` and its
 value. A master Spark would reject outright (not yarn / spark* / k8s* / local*) is refused before
 the JVM starts; other failures (no Java, an unreachable master) come from the JVM, whose own
 output on stderr precedes augury's one-line error.
+
+Partitioning (the pipeline's big step is a hash aggregation of the raw rows with ~1 group per 4
+rows, whose per-task hash map must fit in the task's share of execution memory, else it sorts
+and spills): input splits of at most ``INPUT_SPLIT_BYTES`` (4 MiB of Parquet, ~1-2 M raw rows:
+a ~100 MB map), shuffles into ``shuffle_partitions`` (32) partitions that adaptive execution
+coalesces to ~``SHUFFLE_PARTITION_BYTES`` (8 MiB) each, so small tables end in one or two
+partitions and the aggregate of 10 M rows in ~14. With Spark's defaults (128 MiB splits, the
+old 2 shuffle partitions) both aggregations of 10 M rows spilled ~580 MiB per stage under a
+1 GB driver and took 12.4 s instead of 8.3 s.
 """
 
 from __future__ import annotations
@@ -31,6 +39,13 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
+INPUT_SPLIT_BYTES = "4m"
+"""``spark.sql.files.maxPartitionBytes``: the most Parquet one input task reads."""
+
+SHUFFLE_PARTITION_BYTES = "8m"
+"""``spark.sql.adaptive.advisoryPartitionSizeInBytes``: adaptive execution's target size of a
+shuffle partition after coalescing."""
+
 _MASTER_PREFIXES = ("local", "spark", "k8s", "yarn")
 """What ``spark-submit`` accepts as a master (anything else: "Master must either be yarn or
 start with spark, k8s, or local")."""
@@ -44,7 +59,7 @@ def _log4j_file() -> str:
 
 
 def spark_session(master: str = "local[2]", app_name: str = "augury", *,
-                  driver_memory: str | None = None, shuffle_partitions: int = 2,
+                  driver_memory: str | None = None, shuffle_partitions: int = 32,
                   conf: Mapping[str, str] | None = None):
     """A (possibly already running) SparkSession configured for augury.
 
@@ -71,6 +86,8 @@ def spark_session(master: str = "local[2]", app_name: str = "augury", *,
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.files.maxPartitionBytes", INPUT_SPLIT_BYTES)
+        .config("spark.sql.adaptive.advisoryPartitionSizeInBytes", SHUFFLE_PARTITION_BYTES)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
