@@ -250,6 +250,10 @@ class _FlowMix:
     inv_T: np.ndarray
     in_share: np.ndarray
     index: dict
+    shuffle_in: dict
+    """Per shuffle-fed operator: (sources u [k], weights frac*s [k], offset sum frac*Var(B)/s,
+    clump terms: [] when no edge emits clumps, else [sum of the other edges' fractions,
+    (frac, clump size) per edge with selectivity > 1])."""
 
 
 @dataclass(frozen=True)
@@ -297,11 +301,19 @@ class CompiledModel:
             B[i, e.v] = frac[i]
             A[e.v, e.u] += frac[i]
         inv = np.linalg.inv(np.eye(V) - A)
+        shuffle_in = {}
+        for v in self.shuffle_fed:
+            live = [(e, f) for e, f in zip(edges, frac) if e.v == v and e.selectivity > 0 and f > 0]
+            clumpy = [(f, e.selectivity + e.batch_var / e.selectivity) for e, f in live if e.selectivity > 1]
+            shuffle_in[v] = (np.array([e.u for e, _ in live], dtype=np.int64),
+                             np.array([f * e.selectivity for e, f in live]),
+                             float(sum(f * e.batch_var / e.selectivity for e, f in live)),
+                             [float(sum(f for e, f in live if e.selectivity <= 1))] + clumpy if clumpy else [])
         return _FlowMix(u=np.array([e.u for e in edges], dtype=np.int64),
                         v=np.array([e.v for e in edges], dtype=np.int64),
                         forward=np.array([e.grouping == "forward" for e in edges]),
                         base=base, B=B, AT=A.T.copy(), inv_T=inv.T.copy(), in_share=A.sum(axis=1),
-                        index={(e.u, e.v): i for i, e in enumerate(edges)})
+                        index={(e.u, e.v): i for i, e in enumerate(edges)}, shuffle_in=shuffle_in)
 
     @cached_property
     def forward_sources(self) -> frozenset[int]:
@@ -525,6 +537,12 @@ class _OpDist:
         return svc * (self.weight[:, :, None] * mix).sum(axis=1)
 
 
+def _round_significant(x: np.ndarray, digits: int) -> np.ndarray:
+    """``x`` (finite, > 0) rounded to ``digits`` significant decimal digits."""
+    scale = 10.0 ** (digits - 1 - np.floor(np.log10(x)))
+    return np.round(x * scale) / scale
+
+
 def _gamma_transform(x: np.ndarray, cs2: float) -> np.ndarray:
     """E[exp(-x S / E[S])] for S gamma with SCV ``cs2`` (deterministic at 0): (1 + cs2 x)^(-1/cs2).
     Integer and half-integer shapes 1/cs2 by multiplications (and a square root), cheaper than
@@ -636,6 +654,13 @@ class _Tail:
         theta = self.var[rows] / rand[local]
         t = self.shift[rows, None] + theta[:, None] * gammaincinv(k[:, None], q)
         t = np.where(np.isfinite(t) & (t > 0), t, self.mean[rows, None])
+        # The start rounded to 6 significant digits: the inversion's F carries ~1e-11 of
+        # amplified rounding noise, so Newton stops anywhere in a ~1e-10 band around the root,
+        # depending on where it starts; the moments behind the start differ in their last bits
+        # with the evaluation order (predict_batch takes the end-to-end DP as matrices on small
+        # blocks, row by row on large ones). A rounded start makes the quantile of a
+        # configuration the same whichever batch it was evaluated in.
+        t = _round_significant(t, 6)
         lo = np.zeros_like(t)
         hi = np.full_like(t, np.inf)
         active = np.ones(t.shape, dtype=bool)
@@ -767,6 +792,11 @@ class _Tails:
         return np.concatenate([p.gamma_quantiles(qs) for p in self.parts])
 
 
+_MATRIX_ROWS = 256
+"""Blocks of at most this many rows take the end-to-end DP as matrix products (constant flow
+fractions only); larger ones row by row in topological order (O(edges) per row instead of
+O(operators^2))."""
+
 _BLOCK_ROWS = 4096
 """``predict_batch`` evaluates at most this many rows per vectorized pass: the pass allocates
 a few dozen [rows, operators] temporaries, which stay in the CPU caches at this size (one pass
@@ -868,6 +898,9 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     queued: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     forward_from = compiled.forward_sources
     shuffle_fed = compiled.shuffle_fed
+    mix = compiled.flow_mix
+    live_rows = throughput > 0
+    all_live = bool(live_rows.all())
     for v in range(V):
         cls = classes[v]
         lam_inst = processed[:, v][:, None] * cls.share  # [n, K]
@@ -879,24 +912,31 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             ca2 = (frac * compiled.arrival_scv[v] + 1.0 - frac)[:, None] * np.ones_like(cls.share)
             clump = np.ones_like(cls.share)
             stream_in = np.full(n, compiled.arrival_scv[v])
-        elif v in shuffle_fed:
-            # Shuffle edges only (one instance class): the merged stream reaches every instance
-            # thinned by 1/p, so the superposition is the stream's own dispersion over p.
-            stream_num = stream_den = clump_num = 0.0
-            for e in compiled.in_edges[v]:
-                s = e.selectivity
-                if s <= 0:
-                    continue
-                rate_e = edge_flow[(e.u, v)] * throughput
-                stream_num = stream_num + rate_e * (stream_out[:, e.u] * s + e.batch_var / s)
-                stream_den = stream_den + rate_e
-                clump_num = clump_num + (rate_e * np.maximum(1.0, (s + e.batch_var / s) * inv_p[:, v])
-                                         if s > 1 else rate_e)
-            live = np.asarray(stream_den) > 0
-            safe = np.where(live, stream_den, 1.0)
-            stream_in = np.where(live, stream_num / safe, 1.0)
-            ca2 = np.where(live, stream_in * inv_p[:, v], 1.0)[:, None]
-            clump = np.where(live, clump_num / safe, 1.0)[:, None]
+        elif mix is not None and v in shuffle_fed:
+            # Shuffle edges only (one instance class), constant flow fractions: the merged stream
+            # is the fraction-weighted mix of the edges' streams, and it reaches every instance
+            # thinned by 1/p (so the superposition is the stream's own dispersion over p).
+            us, weights, offset, clumpy = mix.shuffle_in[v]
+            if us.size:
+                stream_in = stream_out[:, us[0]] * weights[0]  # (1-2 edges: no BLAS call)
+                for u, w in zip(us[1:].tolist(), weights[1:].tolist()):
+                    stream_in = stream_in + stream_out[:, u] * w
+                stream_in = stream_in + offset
+                clump = 1.0
+                if clumpy:
+                    clump = clumpy[0]
+                    for frac, c in clumpy[1:]:
+                        clump = clump + frac * np.maximum(1.0, c * inv_p[:, v])
+                ca2 = stream_in * inv_p[:, v]
+                if not all_live:  # rows without throughput: no stream
+                    stream_in = np.where(live_rows, stream_in, 1.0)
+                    ca2 = np.where(live_rows, ca2, 1.0)
+                    clump = np.where(live_rows, clump, 1.0)
+                ca2 = ca2[:, None]
+                clump = np.broadcast_to(clump, (n,))[:, None]
+            else:  # no inflow at all
+                stream_in = np.ones(n)
+                ca2 = clump = np.ones((n, 1))
         else:
             parts = []
             stream_num = np.zeros(n)
@@ -951,7 +991,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             # only where service makes the stream *more* variable. Smoothing by low-variability
             # service is ignored (conservative): it shrinks as instances are added, which would
             # make downstream latency rise with parallelism and break the planner's monotonicity.
-            rho_op = (cls.share * cls.count * rho).sum(axis=1)
+            rho_op = (cls.share * cls.count * rho)[:, 0] if cls.width == 1 else (cls.share * cls.count * rho).sum(axis=1)
             stream_out[:, v] = np.maximum(stream_in, rho_op**2 * cs2 + (1.0 - rho_op**2) * stream_in)
         else:
             if v in forward_from:
@@ -985,16 +1025,21 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     # 3. End to end: flow-weighted mixture over source->sink paths, by DP in topological order.
     hop = compiled.model.network_delay_ms / 1000.0
     timeout = compiled.model.buffer_timeout_ms / 1000.0
-    mix = compiled.flow_mix
     tail_edges: list = [None] * V
-    if mix is None:  # broadcast edges: flow fractions depend on the parallelism, row by row
+    if mix is None or n > _MATRIX_ROWS:
+        # Row by row in topological order: broadcast edges make the flow fractions depend on
+        # the parallelism, and on large blocks its O(edges) work beats the matrices' O(V^2).
         acc1, acc2, det = _accumulate_rows(compiled, n, Pf, edge_flow, throughput, sojourn1, sojourn2,
                                            hop, timeout, tail_edges)
     else:
         # Constant flow fractions (visit ratios do not depend on the parallelism): the DP
         # acc1[v] = sum_e frac_e (acc1[u] + delay_e) + sojourn1[v] is linear, solved for all
         # operators at once with (I - A)^-1 (A: the fractions; unit lower triangular in
-        # topological order). Same sums as the row-by-row DP, in another order.
+        # topological order): a few small matrix products instead of a dozen numpy calls per
+        # edge, which is what small blocks (the planner's) pay for. Same sums, another order.
+        # einsum, not BLAS: multi-threaded BLAS on these small products was 5x slower on a
+        # busy 2-core machine (threads waiting for each other).
+        mm = lambda a, b: np.einsum("ij,jk->ik", a, b)
         if timeout > 0:
             f_e = mix.base[None, :] * throughput[:, None]  # [n, E] edge flows
             pu = Pf[:, mix.u]
@@ -1003,15 +1048,15 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             with np.errstate(divide="ignore"):
                 fill = np.where(per_channel > 0, (compiled.model.buffer_records - 1) / per_channel, 0.0)
             delay_e = hop + np.minimum(timeout, fill) / 2.0
-            mean_delay = delay_e @ mix.B          # [n, V]: sum_e frac_e delay_e into v
-            cross_in = lambda a: (2.0 * a[:, mix.u] * delay_e + delay_e**2) @ mix.B
+            mean_delay = mm(delay_e, mix.B)          # [n, V]: sum_e frac_e delay_e into v
+            cross_in = lambda a: mm(2.0 * a[:, mix.u] * delay_e + delay_e**2, mix.B)
         else:
             mean_delay = np.broadcast_to(hop * mix.in_share, (n, V))
-            cross_in = lambda a: 2.0 * hop * (a @ mix.AT) + hop**2 * mix.in_share
-        acc1 = (sojourn1 + mean_delay) @ mix.inv_T     # mean latency accumulated up to leaving v
-        det = mean_delay @ mix.inv_T                   # deterministic part (network + buffer waits)
-        m1 = acc1 @ mix.AT + mean_delay                # mean latency on arrival at v
-        acc2 = (cross_in(acc1) + 2.0 * m1 * sojourn1 + sojourn2) @ mix.inv_T  # second moment
+            cross_in = lambda a: 2.0 * hop * mm(a, mix.AT) + hop**2 * mix.in_share
+        acc1 = mm(sojourn1 + mean_delay, mix.inv_T)    # mean latency accumulated up to leaving v
+        det = mm(np.ascontiguousarray(mean_delay), mix.inv_T)  # deterministic part (network + buffer waits)
+        m1 = mm(acc1, mix.AT) + mean_delay              # mean latency on arrival at v
+        acc2 = mm(cross_in(acc1) + 2.0 * m1 * sojourn1 + sojourn2, mix.inv_T)  # second moment
         for v in range(V):
             if compiled.in_edges[v]:
                 flows_v = [(e.u, edge_flow[(e.u, v)] * throughput,

@@ -35,6 +35,7 @@ import numpy as np
 from modeler.modelfile import JobModel
 from modeler.queueing import LATENCY_STATS, CompiledModel, Prediction, compile_model, predict, predict_batch
 from scheduler.errors import ProposalError, SchedulerError
+from scheduler.plan import PlanConfig, slo_slack
 
 _EPS = 1e-9
 
@@ -51,8 +52,6 @@ class ValidateConfig:
     """mean | p95 | p99."""
 
     def check(self) -> None:
-        from scheduler.plan import PlanConfig
-
         PlanConfig(utilization_target=self.utilization_target, latency_slo_ms=self.latency_slo_ms,
                    latency_stat=self.latency_stat).check()
 
@@ -112,7 +111,7 @@ def validate(model: JobModel | CompiledModel, rate: float, config: Mapping[str, 
             violations.append(Violation(name, "utilization", op.max_utilization, U))
     if slo is not None:
         lat = pred.latency_ms[stat]
-        if lat is None or lat > slo * (1 + 1e-12):
+        if lat is None or lat > slo * (1 + slo_slack(stat)):
             violations.append(Violation(None, "latency", lat, slo))
     return Validation(ok=not violations, violations=tuple(violations),
                       headroom=_headroom(compiled, pred, float(rate), targets), prediction=pred)

@@ -55,8 +55,14 @@ def _check(compiled, P, rate, cfg):
     ok = ~batch.saturated & (batch.max_utilization.max(axis=1) <= cfg.utilization_target * (1 + U_EPS))
     ok &= ~np.isnan(lat)
     if cfg.latency_slo_ms is not None:
-        ok &= lat <= cfg.latency_slo_ms * (1 + L_EPS)
+        ok &= lat <= cfg.latency_slo_ms * (1 + _slo_eps(cfg))
     return ok, lat
+
+
+def _slo_eps(cfg):
+    """The planner's slack on SLO comparisons: 1e-12 for the mean, 1e-9 for p95/p99 (a quantile
+    of the same configuration differs by ~1e-11 between batches; scheduler.plan._TAIL_SLO_EPS)."""
+    return L_EPS if cfg.latency_stat == "mean" else 1e-9
 
 
 def _rows(compiled, groups, combos):
@@ -135,7 +141,7 @@ def _assert_matches(result: Plan, oracle, cfg):
     assert not pred.saturated
     assert max(op.max_utilization for op in pred.operators.values()) <= cfg.utilization_target * (1 + U_EPS)
     if cfg.latency_slo_ms is not None:
-        assert pred.latency_ms[cfg.latency_stat] <= cfg.latency_slo_ms * (1 + L_EPS)
+        assert pred.latency_ms[cfg.latency_stat] <= cfg.latency_slo_ms * (1 + _slo_eps(cfg))
 
 
 # ------------------------------------------------------------------------- examples
