@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import networkx as nx
 import numpy as np
@@ -580,8 +580,10 @@ class _Tail:
     flow-weighted mixture over source->sink paths, without enumerating the paths.
     """
 
-    ops: list            # _OpDist or None (no service: contributes nothing)
-    edges: list          # per v: None (a source) or (total in-flow [n], [(u, flow [n], delay [n] or None)])
+    ops: list | Callable[[], list]    # _OpDist or None (no service: contributes nothing)
+    edges: list | Callable[[], list]  # per v: None (a source) or (total in-flow [n], [(u, flow [n], delay [n] or None)])
+    # (``ops`` and ``edges`` may come as functions building them: most batches never compute a
+    # tail, and building them is ~10 % of a small batch's evaluation.)
     sinks: list          # [(v, weight [n])]
     hop: float
     mean: np.ndarray
@@ -596,6 +598,10 @@ class _Tail:
     def prepare(self, rows: np.ndarray) -> "_TailRows":
         """The transform's inputs for the rows ``rows``, gathered once (operators with one
         instance class stacked into [r, V1] arrays, so their transforms are one numpy pass)."""
+        if callable(self.ops):
+            self.ops = self.ops()
+        if callable(self.edges):
+            self.edges = self.edges()
         narrow = [v for v, d in enumerate(self.ops) if d is not None and d.weight.shape[1] == 1]
         col = {v: j for j, v in enumerate(narrow)}
         wide = {v: d.take(rows) for v, d in enumerate(self.ops) if d is not None and v not in col}
@@ -933,7 +939,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
                     ca2 = np.where(live_rows, ca2, 1.0)
                     clump = np.where(live_rows, clump, 1.0)
                 ca2 = ca2[:, None]
-                clump = np.broadcast_to(clump, (n,))[:, None]
+                clump = np.full((n, 1), clump) if np.ndim(clump) == 0 else clump[:, None]
             else:  # no inflow at all
                 stream_in = np.ones(n)
                 ca2 = clump = np.ones((n, 1))
@@ -1003,6 +1009,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     sojourn2 = np.zeros((n, V))  # and second moment
     dists: list[_OpDist | None] = [None] * V  # per-operator sojourn distributions (for the tails)
     stacked = None
+    ops_source: list | Callable[[], list] = dists
     if queued:
         full = lambda x, w: x if x.shape[1] == w else np.broadcast_to(x, (n, w))
         widths = [q[1].shape[1] for q in queued]
@@ -1018,14 +1025,20 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         sojourn1[:, cols] = np.add.reduceat(weight_c * t1, starts, axis=1)
         sojourn2[:, cols] = np.add.reduceat(weight_c * t2, starts, axis=1)
         stacked = (rho_c, wpos, clump_c, dict(zip(cols, starts.tolist())))
-        for (v, rho, _, clump, weight), a, w in zip(queued, starts.tolist(), widths):
+
+        def op_dists() -> list:
             # Raw per-class arrays (broadcast and clipped only when a tail is computed).
-            dists[v] = _OpDist(weight, rho, wpos[:, a:a + w], clump, ES[:, v], float(compiled.scv[v]))
+            for (v, rho, _, clump, weight), a, w in zip(queued, starts.tolist(), widths):
+                dists[v] = _OpDist(weight, rho, wpos[:, a:a + w], clump, ES[:, v], float(compiled.scv[v]))
+            return dists
+
+        ops_source = op_dists
 
     # 3. End to end: flow-weighted mixture over source->sink paths, by DP in topological order.
     hop = compiled.model.network_delay_ms / 1000.0
     timeout = compiled.model.buffer_timeout_ms / 1000.0
     tail_edges: list = [None] * V
+    edges_source: list | Callable[[], list] = tail_edges
     if mix is None or n > _MATRIX_ROWS:
         # Row by row in topological order: broadcast edges make the flow fractions depend on
         # the parallelism, and on large blocks its O(edges) work beats the matrices' O(V^2).
@@ -1057,12 +1070,17 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         det = mm(np.ascontiguousarray(mean_delay), mix.inv_T)  # deterministic part (network + buffer waits)
         m1 = mm(acc1, mix.AT) + mean_delay              # mean latency on arrival at v
         acc2 = mm(cross_in(acc1) + 2.0 * m1 * sojourn1 + sojourn2, mix.inv_T)  # second moment
-        for v in range(V):
-            if compiled.in_edges[v]:
-                flows_v = [(e.u, edge_flow[(e.u, v)] * throughput,
-                            delay_e[:, mix.index[(e.u, v)]] - hop if timeout > 0 else None)
-                           for e in compiled.in_edges[v]]
-                tail_edges[v] = (sum(f for _, f, _ in flows_v), flows_v)  # fractions taken when a tail is computed
+
+        def edge_flows() -> list:
+            for v in range(V):
+                if compiled.in_edges[v]:
+                    flows_v = [(e.u, edge_flow[(e.u, v)] * throughput,
+                                delay_e[:, mix.index[(e.u, v)]] - hop if timeout > 0 else None)
+                               for e in compiled.in_edges[v]]
+                    tail_edges[v] = (sum(f for _, f, _ in flows_v), flows_v)  # fractions taken when a tail is computed
+            return tail_edges
+
+        edges_source = edge_flows
     sink_cols = list(compiled.sinks)
     sink_flow = processed[:, sink_cols]
     sink_total = sink_flow.sum(axis=1)
@@ -1074,7 +1092,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     sink_w = sink_flow / safe[:, None]
     if len(sink_cols) == 1:
         sink_w = np.ones_like(sink_w)
-    tail = _Tail(ops=dists, edges=tail_edges,
+    tail = _Tail(ops=ops_source, edges=edges_source,
                  sinks=[(v, sink_w[:, j]) for j, v in enumerate(sink_cols)], hop=hop,
                  mean=e1, var=var, shift=shift, valid=~saturated & np.isfinite(e1) & np.isfinite(var),
                  stacked=stacked)

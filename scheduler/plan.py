@@ -339,6 +339,9 @@ class _Problem:
         self.var = [g for g in groups if g.variable]
         self.util_cache: list[dict[int, float]] = [dict() for _ in self.var]
         self.scanned_to: list[int] = [-1 for _ in self.var]  # domain index scanned up to
+        self._next: dict[tuple[int, int], int | None] = {}  # next_value's cache
+        self.fast_util: dict[int, np.ndarray] = {}
+        """Hottest-instance utilization over group j's whole domain (``_fast_counts``)."""
         # The configuration with every variable group at its smallest allowed value.
         self.low = self.base.copy()
         for g in self.var:
@@ -424,6 +427,22 @@ class _Problem:
         batch = self.evaluate(self.config_matrix(np.array(rows)))
         for r, (j, p) in enumerate(owners):
             self.util_cache[j][p] = float(self._group_util(batch, self.var[j])[r])
+
+    def next_value(self, j: int, p: int) -> int | None:
+        """Group j's next allowed value above ``p`` (utilization-feasible where that is not
+        monotone), or None; cached (the greedy asks for the same values round after round)."""
+        key = (j, p)
+        if key not in self._next:
+            g = self.var[j]
+            dom = g.domain
+            i = int(np.searchsorted(dom, p, side="right"))
+            while i < len(dom) and (not g.monotone or self.coupled):
+                self.ensure_scanned(j, int(dom[i]))
+                if self.util_feasible(j, dom[i]):
+                    break
+                i += 1
+            self._next[key] = int(dom[i]) if i < len(dom) else None
+        return self._next[key]
 
     def util_feasible(self, j: int, p: int) -> bool:
         return self.util_cache[j].get(int(p), np.inf) <= self.U * (1 + _UTIL_EPS)
@@ -707,19 +726,13 @@ def _greedy(prob: _Problem, b: np.ndarray) -> tuple[np.ndarray, float]:
     while lat > prob.slo and prob.evaluations <= prob.cfg.max_evaluations:
         rows, step, group = [], [], []
         for j, g in enumerate(prob.var):
-            dom = g.domain
-            i = int(np.searchsorted(dom, cur[j], side="right"))
-            while i < len(dom) and (not g.monotone or prob.coupled):
-                prob.ensure_scanned(j, int(dom[i]))
-                if prob.util_feasible(j, dom[i]):
-                    break
-                i += 1
-            if i >= len(dom):
+            up = prob.next_value(j, int(cur[j]))
+            if up is None:
                 continue
             row = cur.copy()
-            row[j] = dom[i]
+            row[j] = up
             rows.append(row)
-            step.append(g.size * (int(dom[i]) - int(cur[j])))
+            step.append(g.size * (up - int(cur[j])))
             group.append(j)
         if not rows:
             break
@@ -871,10 +884,8 @@ def _count_cheaper(costs: list[np.ndarray], k: int) -> float:
     ways = np.zeros(k)
     ways[0] = 1.0
     for c in costs:
-        nxt = np.zeros(k)
-        for extra in c[c < k].tolist():
-            nxt[extra:] += ways[: k - extra]
-        ways = nxt
+        # ways * (sum of x^extra over the operator's allowed extras), truncated below x^k
+        ways = np.convolve(ways, np.bincount(c[c < k], minlength=1).astype(float))[:k]
     return float(ways.sum())
 
 
@@ -1069,7 +1080,7 @@ def _fast_counts(prob: _Problem, fm: "_plan_fast.FastMean") -> tuple[np.ndarray 
     reasons = []
     for j, g in enumerate(prob.var):
         v = g.members[0]
-        util = fm.max_utilization(v, g.domain)
+        util = prob.fast_util[j] = fm.max_utilization(v, g.domain)
         ok = (util <= prob.U * (1 + _UTIL_EPS)) & (util < 1 - 1e-12)
         # The whole domain is known: the general search's utilization cache needs no scans.
         # (>= 1 means saturated: kept as a number above any target, so reasons can quote it)
@@ -1093,8 +1104,9 @@ def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes:
         return None
     ops = [g.members[0] for g in prob.var]
     domains = []
-    for g, v in zip(prob.var, ops):
-        util = fm.max_utilization(v, g.domain)
+    for j, (g, v) in enumerate(zip(prob.var, ops)):
+        # (_fast_counts evaluated the whole domain; _solve then cut the values below b)
+        util = prob.fast_util[j][-len(g.domain):] if j in prob.fast_util else fm.max_utilization(v, g.domain)
         ok = (util <= U * (1 + _UTIL_EPS)) & (util < 1 - 1e-12)
         if not ok[0]:
             return None  # disagrees with minimal_counts (saturation edge): let the general search decide
