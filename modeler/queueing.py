@@ -906,6 +906,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     shuffle_fed = compiled.shuffle_fed
     mix = compiled.flow_mix
     live_rows = throughput > 0
+    ones_col = np.ones((n, 1))  # shared, read only
     all_live = bool(live_rows.all())
     for v in range(V):
         cls = classes[v]
@@ -939,7 +940,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
                     ca2 = np.where(live_rows, ca2, 1.0)
                     clump = np.where(live_rows, clump, 1.0)
                 ca2 = ca2[:, None]
-                clump = np.full((n, 1), clump) if np.ndim(clump) == 0 else clump[:, None]
+                clump = ones_col if np.ndim(clump) == 0 else clump[:, None]  # (no clumps: 1.0)
             else:  # no inflow at all
                 stream_in = np.ones(n)
                 ca2 = clump = np.ones((n, 1))

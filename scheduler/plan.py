@@ -736,12 +736,14 @@ def _greedy(prob: _Problem, b: np.ndarray) -> tuple[np.ndarray, float]:
             group.append(j)
         if not rows:
             break
-        # After a jump its end is evaluated in the same call (row 0): its rank is not known yet.
-        head = [cur] if jump_from is not None else []
+        # The current configuration rides along as row 0 (p95/p99): after a jump its rank is not
+        # known yet, and when a step crosses the SLO the step before is checked in the same
+        # inversion as the step itself.
+        head = [cur] if tail else []
         batch = prob.evaluate(prob.config_matrix(np.array(head + rows)))
         approx = np.where(prob.util_ok(batch), batch.approx_latency(prob.stat), np.inf)
         approx = np.where(np.isnan(approx), np.inf, approx)
-        if head:
+        if jump_from is not None:
             rank = float(approx[0])
             if rank * ratio <= prob.slo:
                 exact = float(prob.stat_at(batch, [0])[0])
@@ -784,7 +786,10 @@ def _greedy(prob: _Problem, b: np.ndarray) -> tuple[np.ndarray, float]:
         if rank * ratio <= prob.slo:
             # The exact statistic only where the approximation, scaled by the last exact /
             # approximation ratio, predicts the SLO holds; elsewhere it is taken not to hold yet.
-            lat = float(prob.stat_at(batch, [len(head) + i])[0])
+            # With the step before (row 0) when it is unchecked: the bisection below looks at it
+            # first, and one inversion of two rows costs little more than one (stat_cache).
+            before = [0] if known_bad < len(path) - 2 else []
+            lat = float(prob.stat_at(batch, [len(head) + i] + before)[0])
             if np.isfinite(lat) and rank > 0:
                 ratio = prob.tail_ratio = lat / rank
             if lat <= prob.slo:
