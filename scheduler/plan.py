@@ -380,7 +380,9 @@ class _Problem:
         keys = [batch.parallelism[r].tobytes() for r in rows]
         missing = [j for j, k in enumerate(keys) if k not in self.stat_cache]
         if missing:
-            vals = batch.latency_at(self.stat, rows[missing])
+            # Newton starts from the gamma fit scaled by the last exact/fit ratio seen (closer).
+            scale = self.tail_ratio if 0.5 < self.tail_ratio < 2.0 else 1.0
+            vals = batch.latency_at(self.stat, rows[missing], scale)
             for j, v in zip(missing, vals.tolist()):
                 self.stat_cache[keys[j]] = v
         return np.array([self.stat_cache[k] for k in keys], dtype=float)
