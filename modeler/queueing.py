@@ -803,10 +803,12 @@ class _Tails:
         return np.concatenate([p.gamma_quantiles(qs) for p in self.parts])
 
 
-_MATRIX_ROWS = 256
-"""Blocks of at most this many rows take the end-to-end DP as matrix products (constant flow
-fractions only); larger ones row by row in topological order (O(edges) per row instead of
-O(operators^2))."""
+_MATRIX_WORK = 25_000
+"""Blocks with rows x operators^2 <= this x edges take the end-to-end DP as matrix products
+(constant flow fractions only), larger ones row by row in topological order: O(operators^2)
+arithmetic per row against O(edges) numpy calls per block. Measured crossovers: ~256 rows at 150
+operators (225 edges), above 512 rows at 50 (75 edges), below 4,096 rows at 10 (10 edges)."""
+
 
 _BLOCK_ROWS = 4096
 """``predict_batch`` evaluates at most this many rows per vectorized pass: the pass allocates
@@ -1045,7 +1047,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     timeout = compiled.model.buffer_timeout_ms / 1000.0
     tail_edges: list = [None] * V
     edges_source: list | Callable[[], list] = tail_edges
-    if mix is None or n > _MATRIX_ROWS:
+    if mix is None or n * V * V > _MATRIX_WORK * max(len(mix.u), 1):
         # Row by row in topological order: broadcast edges make the flow fractions depend on
         # the parallelism, and on large blocks its O(edges) work beats the matrices' O(V^2).
         acc1, acc2, det = _accumulate_rows(compiled, n, Pf, edge_flow, throughput, sojourn1, sojourn2,

@@ -396,10 +396,10 @@ def test_end_to_end_dp_as_matrices_equals_row_by_row(model, seed, monkeypatch):
     rate = predict(compiled, None, 1.0).max_rate * rng.uniform(0.0, 3.0, size=len(P))
     rate[0] = 0.0
     with monkeypatch.context() as m:
-        m.setattr(queueing, "_MATRIX_ROWS", 10**9)
+        m.setattr(queueing, "_MATRIX_WORK", 10**9)
         matrices = predict_batch(compiled, P, rate)
     with monkeypatch.context() as m:
-        m.setattr(queueing, "_MATRIX_ROWS", 0)
+        m.setattr(queueing, "_MATRIX_WORK", 0)
         rows = predict_batch(compiled, P, rate)
     ok = matrices.tail.valid
     assert np.array_equal(ok, rows.tail.valid)
