@@ -11,9 +11,9 @@ output on stderr precedes augury's one-line error.
 Partitioning (the pipeline's big step is a hash aggregation of the raw rows with ~1 group per 4
 rows, whose per-task hash map must fit in the task's share of execution memory, else it sorts
 and spills): input splits of at most ``INPUT_SPLIT_BYTES`` (4 MiB of Parquet, ~1-2 M raw rows:
-a ~100 MB map), shuffles into ``shuffle_partitions`` (32) partitions that adaptive execution
+a ~100 MB map), shuffles into ``shuffle_partitions`` (8) partitions that adaptive execution
 coalesces to ~``SHUFFLE_PARTITION_BYTES`` (8 MiB) each, so small tables end in one or two
-partitions and the aggregate of 10 M rows in ~14. With Spark's defaults (128 MiB splits, the
+partitions and the aggregate of 10 M rows in 8. With Spark's defaults (128 MiB splits, the
 old 2 shuffle partitions) both aggregations of 10 M rows spilled ~580 MiB per stage under a
 1 GB driver and took 12.4 s instead of 8.3 s.
 """
@@ -59,7 +59,7 @@ def _log4j_file() -> str:
 
 
 def spark_session(master: str = "local[2]", app_name: str = "augury", *,
-                  driver_memory: str | None = None, shuffle_partitions: int = 32,
+                  driver_memory: str | None = None, shuffle_partitions: int = 8,
                   conf: Mapping[str, str] | None = None):
     """A (possibly already running) SparkSession configured for augury.
 

@@ -1,7 +1,7 @@
 """Benchmark: the Spark pipeline vs a single-process pyarrow baseline computing operator_windows.
 
     python experiments/bench/bench_history.py --rows 10            # 10 million raw rows
-    python experiments/bench/bench_history.py --rows 100 --driver-memory 2g --baseline-memory 2g
+    python experiments/bench/bench_history.py --rows 100 --driver-memory 2g --baseline-memory 2g --once
 
 Generates N million raw rows (normalized schema; a src -> map -> sink job, 8 instances per
 operator, 10 s windows, records_in/out, busy/back-pressured/idle, queue_len, source_lag) as
@@ -188,11 +188,12 @@ def _bytes(text: str) -> int:
 
 
 def run_spark(files: list[str], out: Path, driver_memory: str | None, master: str,
-              conf: dict[str, str] | None = None) -> dict:
+              conf: dict[str, str] | None = None, once: bool = False) -> dict:
     """Spark timings (s, JVM start excluded): the full pipeline (``summarize`` with the edge and
     operator aggregates persisted, the three tables written to Parquet, as ``augury history
     summarize`` does), first and second run in the JVM; then ``operator_windows`` alone (warm,
-    materialized into the no-op sink: the same work as the pyarrow baseline)."""
+    materialized into the no-op sink: the same work as the pyarrow baseline). ``once``: the
+    first full run only (for 100 M rows, where each run takes minutes)."""
     from history.pipeline import summarize
     from history.spark import spark_session
     from history.summarize import raw_spark_schema
@@ -205,18 +206,20 @@ def run_spark(files: list[str], out: Path, driver_memory: str | None, master: st
         return spark.read.schema(raw_spark_schema()).parquet(*files)
 
     runs = []
-    for _ in range(2):  # cold: the JVM's first pipeline run (JIT, code generation); then warm
+    for _ in range(1 if once else 2):  # cold: the JVM's first pipeline run (JIT, code generation); then warm
         started = time.perf_counter()
         for name, frame in summarize(raw(), WINDOW_S, persist=True).tables().items():
             frame.write.mode("overwrite").parquet(str(out / name))
         runs.append(time.perf_counter() - started)
         spark.catalog.clearCache()
-    started = time.perf_counter()
-    summarize(raw(), WINDOW_S).operator_windows.write.format("noop").mode("overwrite").save()
-    ow_only = time.perf_counter() - started
+    ow_only = None
+    if not once:
+        started = time.perf_counter()
+        summarize(raw(), WINDOW_S).operator_windows.write.format("noop").mode("overwrite").save()
+        ow_only = time.perf_counter() - started
     spark.stop()
-    return {"seconds": runs[0], "warm_seconds": runs[1], "ow_seconds": ow_only,
-            "startup_seconds": startup}
+    return {"seconds": runs[0], "warm_seconds": runs[1] if len(runs) > 1 else None,
+            "ow_seconds": ow_only, "startup_seconds": startup}
 
 
 def compare(spark_out: Path, baseline_out: Path) -> float:
@@ -250,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the generated data")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark setting for the benchmark session (repeatable), to try one")
+    parser.add_argument("--once", action="store_true",
+                        help="time the full pipeline once (no warm run, no operator_windows alone): "
+                             "for 100 M rows")
     args = parser.parse_args(argv)
     conf = dict(item.split("=", 1) for item in args.conf)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="augury-bench-"))
@@ -262,30 +268,35 @@ def main(argv: list[str] | None = None) -> int:
         sample = pq.read_table(files[0])
         in_memory = sample.nbytes / sample.num_rows * rows
         print(f"raw table in memory (Arrow): ~{in_memory / 2**30:.2f} GiB")
-        spark = run_spark(files, workdir / "spark_ow", args.driver_memory, args.spark_master, conf)
+        spark = run_spark(files, workdir / "spark_ow", args.driver_memory, args.spark_master, conf,
+                          once=args.once)
         if conf:
             print("spark settings tried: " + ", ".join(f"{k}={v}" for k, v in conf.items()))
         print(f"spark   {spark['seconds']:8.1f} s  {rows / spark['seconds']:>12,.0f} rows/s  "
               f"(full pipeline, 3 tables written; first run in the JVM; JVM start excluded: "
               f"{spark['startup_seconds']:.1f} s; driver memory "
               f"{args.driver_memory or os.environ.get('AUGURY_SPARK_DRIVER_MEMORY', '1g')})")
-        print(f"spark   {spark['warm_seconds']:8.1f} s  {rows / spark['warm_seconds']:>12,.0f} rows/s  "
-              f"(full pipeline, 3 tables written; second run, warm JVM)")
-        print(f"spark   {spark['ow_seconds']:8.1f} s  {rows / spark['ow_seconds']:>12,.0f} rows/s  "
-              f"(operator_windows alone, no-op sink, warm JVM: the baseline's work)")
+        if not args.once:
+            print(f"spark   {spark['warm_seconds']:8.1f} s  {rows / spark['warm_seconds']:>12,.0f} rows/s  "
+                  f"(full pipeline, 3 tables written; second run, warm JVM)")
+            print(f"spark   {spark['ow_seconds']:8.1f} s  {rows / spark['ow_seconds']:>12,.0f} rows/s  "
+                  f"(operator_windows alone, no-op sink, warm JVM: the baseline's work)")
         budget = args.baseline_memory or args.driver_memory
         base = run_baseline(files, workdir / "baseline_ow.parquet", budget)
         if base["fits"]:
             print(f"pyarrow {base['seconds']:8.1f} s  {rows / base['seconds']:>12,.0f} rows/s  "
                   f"(peak RSS {base['peak_rss_mb']:,.0f} MiB; cap {budget or 'none'})")
             diff = compare(workdir / "spark_ow", workdir / "baseline_ow.parquet")
-            print(f"ratio spark/pyarrow: full pipeline {spark['seconds'] / base['seconds']:.2f}x first"
-                  f" / {spark['warm_seconds'] / base['seconds']:.2f}x warm; operator_windows alone "
-                  f"{spark['ow_seconds'] / base['seconds']:.2f}x (goal <= 2x); load average "
-                  f"{os.getloadavg()[0]:.1f}; "
+            ratios = f"full pipeline {spark['seconds'] / base['seconds']:.2f}x first"
+            if not args.once:
+                ratios += (f" / {spark['warm_seconds'] / base['seconds']:.2f}x warm; operator_windows"
+                           f" alone {spark['ow_seconds'] / base['seconds']:.2f}x (goal <= 2x)")
+            print(f"ratio spark/pyarrow: {ratios}; load average {os.getloadavg()[0]:.1f}; "
                   f"largest relative difference between the two operator_windows: {diff:.2e}")
         else:
-            print(f"pyarrow did not fit in {budget}: {base['error']}")
+            print(f"pyarrow did not fit in {budget}: {base['error']} (Spark finished with a "
+                  f"{args.driver_memory or os.environ.get('AUGURY_SPARK_DRIVER_MEMORY', '1g')} "
+                  f"driver; load average {os.getloadavg()[0]:.1f})")
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
