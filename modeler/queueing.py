@@ -253,6 +253,13 @@ class _FlowMix:
     in_share: np.ndarray
     index: dict
     shuffle_in: dict
+    sf_cols: np.ndarray
+    """The shuffle-fed operators, increasing; ``sf_pos[v]``: v's position among them."""
+    sf_pos: dict
+    sf_clumpy: list
+    """Shuffle-fed operators with an in-edge emitting clumps (selectivity > 1)."""
+    sf_noflow: list
+    """Shuffle-fed operators without inflow (every in-edge carries nothing)."""
     """Per shuffle-fed operator: (sources u [k], weights frac*s [k], offset sum frac*Var(B)/s,
     clump terms: [] when no edge emits clumps, else [sum of the other edges' fractions,
     (frac, clump size) per edge with selectivity > 1])."""
@@ -315,7 +322,11 @@ class CompiledModel:
                         v=np.array([e.v for e in edges], dtype=np.int64),
                         forward=np.array([e.grouping == "forward" for e in edges]),
                         base=base, B=B, AT=A.T.copy(), inv_T=inv.T.copy(), in_share=A.sum(axis=1),
-                        index={(e.u, e.v): i for i, e in enumerate(edges)}, shuffle_in=shuffle_in)
+                        index={(e.u, e.v): i for i, e in enumerate(edges)}, shuffle_in=shuffle_in,
+                        sf_cols=np.array(sorted(shuffle_in), dtype=np.int64),
+                        sf_pos={v: j for j, v in enumerate(sorted(shuffle_in))},
+                        sf_clumpy=[v for v in sorted(shuffle_in) if shuffle_in[v][3]],
+                        sf_noflow=[v for v in sorted(shuffle_in) if shuffle_in[v][0].size == 0])
 
     @cached_property
     def forward_sources(self) -> frozenset[int]:
@@ -910,12 +921,46 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     inst_out: dict[int, np.ndarray] = {}  # per-instance departure dispersion (for forward edges)
     queued: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     forward_from = compiled.forward_sources
-    shuffle_fed = compiled.shuffle_fed
     mix = compiled.flow_mix
     live_rows = throughput > 0
-    ones_col = np.ones((n, 1))  # shared, read only
     all_live = bool(live_rows.all())
+    # Shuffle-fed operators under constant flow fractions have one instance class each: their
+    # utilizations and departure-smoothing coefficients are computed for all of them at once
+    # (columns ``sf``), and the loop below only carries the dispersion from operator to operator
+    # (stream_in = the fraction-weighted mix of the in-edges' streams; it reaches every instance
+    # thinned by 1/p, so the superposition is the stream's own dispersion over p).
+    sf = mix.sf_cols if mix is not None else np.zeros(0, dtype=np.int64)
+    sf_pos = mix.sf_pos if mix is not None else {}
+    if sf.size:
+        rho_sf = (processed[:, sf] * inv_p[:, sf]) * ES[:, sf]
+        weight_sf = inv_p[:, sf] * Pf[:, sf]
+        r2 = (weight_sf * rho_sf) ** 2
+        cap_sf = has_capacity[sf]
+        # Whitt's departure approximation (see below): max(in, a + b * in); no service: in.
+        smooth_a = np.where(cap_sf, r2 * compiled.scv[sf], 0.0)
+        smooth_b = np.where(cap_sf, 1.0 - r2, 1.0)
+        stream_in_sf = np.ones((n, sf.size))
     for v in range(V):
+        j = sf_pos.get(v)
+        if j is not None:
+            us, weights, offset, _ = mix.shuffle_in[v]
+            if us.size:
+                stream_in = stream_out[:, us[0]] * weights[0]  # (1-2 edges: no BLAS call)
+                for u, w in zip(us[1:].tolist(), weights[1:].tolist()):
+                    stream_in = stream_in + stream_out[:, u] * w
+                stream_in = stream_in + offset
+                if not all_live:  # rows without throughput: no stream
+                    stream_in = np.where(live_rows, stream_in, 1.0)
+                stream_in_sf[:, j] = stream_in
+            else:
+                stream_in = stream_in_sf[:, j]  # no inflow at all: 1
+            stream_out[:, v] = np.maximum(stream_in, smooth_a[:, j] + smooth_b[:, j] * stream_in)
+            if v in forward_from:
+                ca2 = np.where(live_rows, stream_in * inv_p[:, v], 1.0)[:, None] if us.size else np.ones((n, 1))
+                rho = rho_sf[:, j:j + 1]
+                cs2 = compiled.scv[v]
+                inst_out[v] = rho**2 * cs2 + (1.0 - rho**2) * ca2 if has_capacity[v] else ca2
+            continue
         cls = classes[v]
         lam_inst = processed[:, v][:, None] * cls.share  # [n, K]
         es = ES[:, v][:, None]
@@ -926,31 +971,6 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             ca2 = (frac * compiled.arrival_scv[v] + 1.0 - frac)[:, None] * np.ones_like(cls.share)
             clump = np.ones_like(cls.share)
             stream_in = np.full(n, compiled.arrival_scv[v])
-        elif mix is not None and v in shuffle_fed:
-            # Shuffle edges only (one instance class), constant flow fractions: the merged stream
-            # is the fraction-weighted mix of the edges' streams, and it reaches every instance
-            # thinned by 1/p (so the superposition is the stream's own dispersion over p).
-            us, weights, offset, clumpy = mix.shuffle_in[v]
-            if us.size:
-                stream_in = stream_out[:, us[0]] * weights[0]  # (1-2 edges: no BLAS call)
-                for u, w in zip(us[1:].tolist(), weights[1:].tolist()):
-                    stream_in = stream_in + stream_out[:, u] * w
-                stream_in = stream_in + offset
-                clump = 1.0
-                if clumpy:
-                    clump = clumpy[0]
-                    for frac, c in clumpy[1:]:
-                        clump = clump + frac * np.maximum(1.0, c * inv_p[:, v])
-                ca2 = stream_in * inv_p[:, v]
-                if not all_live:  # rows without throughput: no stream
-                    stream_in = np.where(live_rows, stream_in, 1.0)
-                    ca2 = np.where(live_rows, ca2, 1.0)
-                    clump = np.where(live_rows, clump, 1.0)
-                ca2 = ca2[:, None]
-                clump = ones_col if np.ndim(clump) == 0 else clump[:, None]  # (no clumps: 1.0)
-            else:  # no inflow at all
-                stream_in = np.ones(n)
-                ca2 = clump = np.ones((n, 1))
         else:
             parts = []
             stream_num = np.zeros(n)
@@ -1018,13 +1038,34 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     dists: list[_OpDist | None] = [None] * V  # per-operator sojourn distributions (for the tails)
     stacked = None
     ops_source: list | Callable[[], list] = dists
+    blocks = []  # (columns, widths, rho, ca2, clump, weight): the shuffle-fed block, then the rest
+    if sf.size and cap_sf.any():
+        ca2_sf = stream_in_sf * inv_p[:, sf]
+        clump_sf = np.ones((n, sf.size))
+        for v in mix.sf_clumpy:
+            c0, *terms = mix.shuffle_in[v][3]
+            clump = c0
+            for frac, c in terms:
+                clump = clump + frac * np.maximum(1.0, c * inv_p[:, v])
+            clump_sf[:, sf_pos[v]] = clump
+        for v in mix.sf_noflow:
+            ca2_sf[:, sf_pos[v]] = 1.0
+        if not all_live:
+            ca2_sf = np.where(live_rows[:, None], ca2_sf, 1.0)
+            clump_sf = np.where(live_rows[:, None], clump_sf, 1.0)
+        k = np.flatnonzero(cap_sf)
+        blocks.append((sf[k].tolist(), [1] * k.size, rho_sf[:, k], ca2_sf[:, k], clump_sf[:, k], weight_sf[:, k]))
     if queued:
         full = lambda x, w: x if x.shape[1] == w else np.broadcast_to(x, (n, w))
         widths = [q[1].shape[1] for q in queued]
-        starts = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
         cat = lambda i: np.concatenate([full(q[i], w) for q, w in zip(queued, widths)], axis=1)
-        rho_c, ca2_c, clump_c, weight_c = cat(1), cat(2), cat(3), cat(4)
-        cols = [q[0] for q in queued]
+        blocks.append(([q[0] for q in queued], widths, cat(1), cat(2), cat(3), cat(4)))
+    if blocks:
+        cols = [v for b in blocks for v in b[0]]
+        widths = [w for b in blocks for w in b[1]]
+        starts = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+        rho_c, ca2_c, clump_c, weight_c = (np.concatenate([b[i] for b in blocks], axis=1) if len(blocks) > 1
+                                           else blocks[0][i] for i in (2, 3, 4, 5))
         es_c = np.repeat(ES[:, cols], widths, axis=1)
         cs2_c = np.repeat(compiled.scv[cols], widths)
         wq, w2, wpos = _waiting_parts(rho_c, ca2_c, cs2_c, es_c, clump_c)
@@ -1036,8 +1077,9 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
 
         def op_dists() -> list:
             # Raw per-class arrays (broadcast and clipped only when a tail is computed).
-            for (v, rho, _, clump, weight), a, w in zip(queued, starts.tolist(), widths):
-                dists[v] = _OpDist(weight, rho, wpos[:, a:a + w], clump, ES[:, v], float(compiled.scv[v]))
+            for v, a, w in zip(cols, starts.tolist(), widths):
+                dists[v] = _OpDist(weight_c[:, a:a + w], rho_c[:, a:a + w], wpos[:, a:a + w],
+                                   clump_c[:, a:a + w], ES[:, v], float(compiled.scv[v]))
             return dists
 
         ops_source = op_dists
