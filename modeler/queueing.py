@@ -40,17 +40,25 @@ What is modelled (``../shared/DESIGN.md`` section 2), and the assumptions:
    transforms mixed by flow; ``_Tail``), inverted with Abate-Whitt's Euler algorithm (29 nodes,
    ~1e-8 to ~2e-7 relative: the deterministic network hops are the hard part), the quantile by
    safeguarded Newton on log(1 - F) (exact in one step for an exponential tail; ~3 inversions)
-   started at the quantile of a gamma fitted to the first two moments. Every per-operator
+   started at the quantile of a gamma fitted to the first two moments (rounded to 6 digits, so
+   the result does not depend on the evaluation order of the moments; optionally scaled by a
+   known exact/fit ratio, ``latency_at(start_scale=)``). Every per-operator
    component is stochastically non-increasing in a shuffle-fed operator's parallelism (rho, the
    conditional wait, the clump, the downstream dispersion all fall), so the tails are monotone
    wherever the mean is. They are computed on first use (``BatchPrediction.latency_p99_ms``,
-   ``latency_at`` for chosen rows, ``Prediction.latency_ms["p99"]``): ~12k configurations/s for
-   one quantile on the 10-operator benchmark DAG (quiet 2-core machine; ~4-7k under load),
-   against ~180k/s for the rest; ~10 ms for one configuration of a 50-operator DAG. The gamma
-   fit itself (``approx_latency``) is the planner's cheap ranking heuristic.
+   ``latency_at`` for chosen rows, ``Prediction.latency_ms["p99"]``): ~13k configurations/s for
+   one quantile on the 10-operator benchmark DAG (2-core machine at load ~3), against ~190k/s
+   for the rest; ~6-8 ms for one configuration of a 50-operator DAG. The gamma fit itself
+   (``approx_latency``) is the planner's cheap ranking heuristic.
 
 ``predict_batch`` evaluates many configurations and rates in one numpy pass; ``predict`` is the
-same computation for one configuration, so the two cannot disagree.
+same computation for one configuration, so the two cannot disagree. Small batches (the planner's:
+one to a few dozen rows) pay mostly a per-operator cost in numpy calls, so the evaluation keeps
+it low: one vectorized pass for every operator's waits after the dispersion recursion (which the
+waits do not feed), shuffle-fed operators' per-instance quantities computed for all of them at
+once, and, when the flow fractions do not depend on the parallelism (no broadcast edges), the
+end-to-end moments as small matrix products over (I - A)^-1 on small blocks (row by row on large
+ones; ``_MATRIX_WORK``): ~4.5 ms for one row of a 50-operator DAG, was ~22.
 """
 
 from __future__ import annotations
