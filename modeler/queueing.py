@@ -1041,11 +1041,6 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             stream_out[:, v] = stream_in
 
     # Per-operator sojourn moments from the per-class waits, all operators in one pass.
-    sojourn1 = np.zeros((n, V))  # per-operator sojourn mean (s)
-    sojourn2 = np.zeros((n, V))  # and second moment
-    dists: list[_OpDist | None] = [None] * V  # per-operator sojourn distributions (for the tails)
-    stacked = None
-    ops_source: list | Callable[[], list] = dists
     blocks = []  # (columns, widths, rho, ca2, clump, weight): the shuffle-fed block, then the rest
     if sf.size and cap_sf.any():
         ca2_sf = stream_in_sf * inv_p[:, sf]
@@ -1068,29 +1063,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         widths = [q[1].shape[1] for q in queued]
         cat = lambda i: np.concatenate([full(q[i], w) for q, w in zip(queued, widths)], axis=1)
         blocks.append(([q[0] for q in queued], widths, cat(1), cat(2), cat(3), cat(4)))
-    if blocks:
-        cols = [v for b in blocks for v in b[0]]
-        widths = [w for b in blocks for w in b[1]]
-        starts = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
-        rho_c, ca2_c, clump_c, weight_c = (np.concatenate([b[i] for b in blocks], axis=1) if len(blocks) > 1
-                                           else blocks[0][i] for i in (2, 3, 4, 5))
-        es_c = np.repeat(ES[:, cols], widths, axis=1)
-        cs2_c = np.repeat(compiled.scv[cols], widths)
-        wq, w2, wpos = _waiting_parts(rho_c, ca2_c, cs2_c, es_c, clump_c)
-        t1 = wq + es_c
-        t2 = w2 + 2.0 * wq * es_c + (1.0 + cs2_c) * es_c**2
-        sojourn1[:, cols] = np.add.reduceat(weight_c * t1, starts, axis=1)
-        sojourn2[:, cols] = np.add.reduceat(weight_c * t2, starts, axis=1)
-        stacked = (rho_c, wpos, clump_c, dict(zip(cols, starts.tolist())))
-
-        def op_dists() -> list:
-            # Raw per-class arrays (broadcast and clipped only when a tail is computed).
-            for v, a, w in zip(cols, starts.tolist(), widths):
-                dists[v] = _OpDist(weight_c[:, a:a + w], rho_c[:, a:a + w], wpos[:, a:a + w],
-                                   clump_c[:, a:a + w], ES[:, v], float(compiled.scv[v]))
-            return dists
-
-        ops_source = op_dists
+    sojourn1, sojourn2, stacked, ops_source = _sojourn_moments(compiled, blocks, ES)
 
     # 3. End to end: flow-weighted mixture over source->sink paths, by DP in topological order.
     hop = compiled.model.network_delay_ms / 1000.0
@@ -1103,42 +1076,8 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         acc1, acc2, det = _accumulate_rows(compiled, n, Pf, edge_flow, throughput, sojourn1, sojourn2,
                                            hop, timeout, tail_edges)
     else:
-        # Constant flow fractions (visit ratios do not depend on the parallelism): the DP
-        # acc1[v] = sum_e frac_e (acc1[u] + delay_e) + sojourn1[v] is linear, solved for all
-        # operators at once with (I - A)^-1 (A: the fractions; unit lower triangular in
-        # topological order): a few small matrix products instead of a dozen numpy calls per
-        # edge, which is what small blocks (the planner's) pay for. Same sums, another order.
-        # einsum, not BLAS: multi-threaded BLAS on these small products was 5x slower on a
-        # busy 2-core machine (threads waiting for each other).
-        mm = lambda a, b: np.einsum("ij,jk->ik", a, b)
-        if timeout > 0:
-            f_e = mix.base[None, :] * throughput[:, None]  # [n, E] edge flows
-            pu = Pf[:, mix.u]
-            channels = np.where(mix.forward, pu, pu * Pf[:, mix.v])
-            per_channel = np.where(f_e > 0, f_e / channels, 0.0)
-            with np.errstate(divide="ignore"):
-                fill = np.where(per_channel > 0, (compiled.model.buffer_records - 1) / per_channel, 0.0)
-            delay_e = hop + np.minimum(timeout, fill) / 2.0
-            mean_delay = mm(delay_e, mix.B)          # [n, V]: sum_e frac_e delay_e into v
-            cross_in = lambda a: mm(2.0 * a[:, mix.u] * delay_e + delay_e**2, mix.B)
-        else:
-            mean_delay = np.broadcast_to(hop * mix.in_share, (n, V))
-            cross_in = lambda a: 2.0 * hop * mm(a, mix.AT) + hop**2 * mix.in_share
-        acc1 = mm(sojourn1 + mean_delay, mix.inv_T)    # mean latency accumulated up to leaving v
-        det = mm(np.ascontiguousarray(mean_delay), mix.inv_T)  # deterministic part (network + buffer waits)
-        m1 = mm(acc1, mix.AT) + mean_delay              # mean latency on arrival at v
-        acc2 = mm(cross_in(acc1) + 2.0 * m1 * sojourn1 + sojourn2, mix.inv_T)  # second moment
-
-        def edge_flows() -> list:
-            for v in range(V):
-                if compiled.in_edges[v]:
-                    flows_v = [(e.u, edge_flow[(e.u, v)] * throughput,
-                                delay_e[:, mix.index[(e.u, v)]] - hop if timeout > 0 else None)
-                               for e in compiled.in_edges[v]]
-                    tail_edges[v] = (sum(f for _, f, _ in flows_v), flows_v)  # fractions taken when a tail is computed
-            return tail_edges
-
-        edges_source = edge_flows
+        acc1, acc2, det, edges_source = _accumulate_matrices(compiled, mix, n, Pf, edge_flow, throughput,
+                                                             sojourn1, sojourn2, hop, timeout)
     sink_cols = list(compiled.sinks)
     sink_flow = processed[:, sink_cols]
     sink_total = sink_flow.sum(axis=1)
@@ -1164,6 +1103,89 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         latency_mean_ms=np.where(saturated, nan, e1 * 1000.0),
         output_rate=sink_total, tail=tail,
     )
+
+
+def _sojourn_moments(compiled: CompiledModel, blocks: list, ES: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, tuple | None, list | Callable[[], list]]:
+    """Every operator's sojourn mean and second moment (seconds, [n, V]) from its instance
+    classes' waits, in one vectorized pass over ``blocks`` ((operator columns, class widths, rho,
+    ca2, clump, weight), the per-class arrays of several operators side by side). Also the
+    stacked arrays the tails gather from (``_Tail.stacked``) and a function building the
+    per-operator distributions (``_OpDist``) on demand."""
+    n, V = ES.shape
+    sojourn1 = np.zeros((n, V))
+    sojourn2 = np.zeros((n, V))
+    dists: list[_OpDist | None] = [None] * V
+    if not blocks:
+        return sojourn1, sojourn2, None, dists
+    cols = [v for b in blocks for v in b[0]]
+    widths = [w for b in blocks for w in b[1]]
+    starts = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+    rho_c, ca2_c, clump_c, weight_c = (np.concatenate([b[i] for b in blocks], axis=1) if len(blocks) > 1
+                                       else blocks[0][i] for i in (2, 3, 4, 5))
+    es_c = np.repeat(ES[:, cols], widths, axis=1)
+    cs2_c = np.repeat(compiled.scv[cols], widths)
+    wq, w2, wpos = _waiting_parts(rho_c, ca2_c, cs2_c, es_c, clump_c)
+    t1 = wq + es_c
+    t2 = w2 + 2.0 * wq * es_c + (1.0 + cs2_c) * es_c**2
+    sojourn1[:, cols] = np.add.reduceat(weight_c * t1, starts, axis=1)
+    sojourn2[:, cols] = np.add.reduceat(weight_c * t2, starts, axis=1)
+    stacked = (rho_c, wpos, clump_c, dict(zip(cols, starts.tolist())))
+
+    def op_dists() -> list:
+        # Raw per-class arrays (broadcast and clipped only when a tail is computed).
+        for v, a, w in zip(cols, starts.tolist(), widths):
+            dists[v] = _OpDist(weight_c[:, a:a + w], rho_c[:, a:a + w], wpos[:, a:a + w],
+                               clump_c[:, a:a + w], ES[:, v], float(compiled.scv[v]))
+        return dists
+
+    return sojourn1, sojourn2, stacked, op_dists
+
+
+def _accumulate_matrices(compiled: CompiledModel, mix: "_FlowMix", n: int, Pf: np.ndarray, edge_flow: dict,
+                         throughput: np.ndarray, sojourn1: np.ndarray, sojourn2: np.ndarray, hop: float,
+                         timeout: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, Callable[[], list]]:
+    """``_accumulate_rows``' (acc1, acc2, det) for constant flow fractions (visit ratios that do
+    not depend on the parallelism), plus a function building the tail's edge flows on demand.
+
+    The DP acc1[v] = sum_e frac_e (acc1[u] + delay_e) + sojourn1[v] is linear, solved for all
+    operators at once with (I - A)^-1 (A: the fractions; unit lower triangular in topological
+    order): a few small matrix products instead of a dozen numpy calls per edge, which is what
+    small blocks (the planner's) pay for. Same sums, another order. einsum, not BLAS:
+    multi-threaded BLAS on these small products was 5x slower on a busy 2-core machine (threads
+    waiting for each other)."""
+    V = len(compiled.names)
+    mm = lambda a, b: np.einsum("ij,jk->ik", a, b)
+    delay_e = None
+    if timeout > 0:
+        f_e = mix.base[None, :] * throughput[:, None]  # [n, E] edge flows
+        pu = Pf[:, mix.u]
+        channels = np.where(mix.forward, pu, pu * Pf[:, mix.v])
+        per_channel = np.where(f_e > 0, f_e / channels, 0.0)
+        with np.errstate(divide="ignore"):
+            fill = np.where(per_channel > 0, (compiled.model.buffer_records - 1) / per_channel, 0.0)
+        delay_e = hop + np.minimum(timeout, fill) / 2.0
+        mean_delay = mm(delay_e, mix.B)          # [n, V]: sum_e frac_e delay_e into v
+        cross_in = lambda a: mm(2.0 * a[:, mix.u] * delay_e + delay_e**2, mix.B)
+    else:
+        mean_delay = np.broadcast_to(hop * mix.in_share, (n, V))
+        cross_in = lambda a: 2.0 * hop * mm(a, mix.AT) + hop**2 * mix.in_share
+    acc1 = mm(sojourn1 + mean_delay, mix.inv_T)    # mean latency accumulated up to leaving v
+    det = mm(np.ascontiguousarray(mean_delay), mix.inv_T)  # deterministic part (network + buffer waits)
+    m1 = mm(acc1, mix.AT) + mean_delay              # mean latency on arrival at v
+    acc2 = mm(cross_in(acc1) + 2.0 * m1 * sojourn1 + sojourn2, mix.inv_T)  # second moment
+
+    def edge_flows() -> list:
+        tail_edges: list = [None] * V
+        for v in range(V):
+            if compiled.in_edges[v]:
+                flows_v = [(e.u, edge_flow[(e.u, v)] * throughput,
+                            delay_e[:, mix.index[(e.u, v)]] - hop if timeout > 0 else None)
+                           for e in compiled.in_edges[v]]
+                tail_edges[v] = (sum(f for _, f, _ in flows_v), flows_v)  # fractions taken when a tail is computed
+        return tail_edges
+
+    return acc1, acc2, det, edge_flows
 
 
 def _accumulate_rows(compiled: CompiledModel, n: int, Pf: np.ndarray, edge_flow: dict, throughput: np.ndarray,
