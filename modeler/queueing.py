@@ -261,6 +261,9 @@ class _FlowMix:
     in_share: np.ndarray
     index: dict
     shuffle_in: dict
+    """Per shuffle-fed operator: (sources u [k], weights frac*s [k], offset sum frac*Var(B)/s,
+    clump terms: [] when no edge emits clumps, else [sum of the other edges' fractions,
+    (frac, clump size) per edge with selectivity > 1])."""
     sf_cols: np.ndarray
     """The shuffle-fed operators, increasing; ``sf_pos[v]``: v's position among them."""
     sf_pos: dict
@@ -268,9 +271,6 @@ class _FlowMix:
     """Shuffle-fed operators with an in-edge emitting clumps (selectivity > 1)."""
     sf_noflow: list
     """Shuffle-fed operators without inflow (every in-edge carries nothing)."""
-    """Per shuffle-fed operator: (sources u [k], weights frac*s [k], offset sum frac*Var(B)/s,
-    clump terms: [] when no edge emits clumps, else [sum of the other edges' fractions,
-    (frac, clump size) per edge with selectivity > 1])."""
 
 
 @dataclass(frozen=True)
@@ -425,10 +425,6 @@ class _Classes:
         return self.share.shape[1]
 
 
-def _even(p: np.ndarray) -> _Classes:
-    return _Classes(share=(1.0 / p)[:, None], count=p[:, None].astype(float))
-
-
 def _explicit(cls: _Classes, p: np.ndarray, width: int) -> _Classes:
     """Expand an even split to one column per instance (for mixing with a skewed split)."""
     if cls.width == width:
@@ -468,8 +464,8 @@ def _waiting(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray,
 def _waiting_parts(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray,
                    clump: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``_waiting``'s two moments and the conditional (positive) queue wait (meaningless where
-    rho is 0: the tails weight it by rho). ``predict_batch`` calls this directly: one call per
-    operator yields all three (the call overhead shows on 50-operator DAGs)."""
+    rho is 0: the tails weight it by rho). ``predict_batch`` calls this directly, once per block
+    for every operator's instance classes side by side (``_sojourn_moments``)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r = np.clip(rho, 1e-12, 1.0 - 1e-12)
         denom = np.maximum(ca2 + cs2, 1e-12)
