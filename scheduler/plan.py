@@ -85,7 +85,7 @@ How, and why it is optimal for the model (``modeler.queueing``):
    with ``optimal=False`` and the count in the reasons. Otherwise, when the frontier passes
    ``_TAIL_FRONTIER`` partial assignments, the plan is the cheaper of the greedy and the first
    floor-optimal allocation (levels up to the greedy's count only) that meet the SLO, with
-   ``optimal=False``. A p95/p99 is a numerical inversion (~10 ms for one row of a 50-operator
+   ``optimal=False``. A p95/p99 is a numerical inversion (~6-8 ms for one row of a 50-operator
    DAG, ~2 ms a row in batches), so it is computed only where needed: the greedy ranks its steps
    by the gamma fit to the first two moments (``BatchPrediction.approx_latency``), computes the
    exact statistic only where the fit, scaled by the last exact/fit ratio, predicts the SLO
@@ -704,7 +704,7 @@ def _greedy(prob: _Problem, b: np.ndarray) -> tuple[np.ndarray, float]:
     statistic. While that prediction puts the SLO far away, a round takes several of its best
     increments at once (**jumps**): those whose first-order reductions add up to at most half the
     remaining gap (so a jump does not overshoot when the reductions add up as predicted). A round costs one
-    ``predict_batch`` call (~12 ms on 50 operators), so this turns a path of k steps into about
+    ``predict_batch`` call (~5 ms on 50 operators), so this turns a path of k steps into about
     log2(k) rounds plus the last few single steps. When a jump does overshoot (the exact
     statistic meets the SLO at its end), the search goes back to where the jump started and
     continues in single steps, so the answer is the single-step greedy's up to where the two
@@ -1121,7 +1121,7 @@ def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes:
     if not domains:  # nothing to choose: b is the only configuration
         batch = prob.evaluate(prob.config_matrix(b))
         lat = float(prob.latency(batch)[0])
-        if prob.util_ok(batch)[0] and lat <= slo * (1 + _LAT_EPS):
+        if prob.util_ok(batch)[0] and lat <= slo:
             return _finish(prob, b, True, notes, True, batch=(batch, 0))
         return _finish(prob, b, False, [f"latency {stat} {lat:.4g} ms > SLO {slo:g} ms and no operator's "
                                         "parallelism may change"], True, batch=(batch, 0))
@@ -1130,7 +1130,7 @@ def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes:
         # configurations cheaper than the greedy's are too many to examine one by one, the exact
         # search cannot finish (its frontier passes _TAIL_FRONTIER first) and is not started.
         g_vals, g_lat = prob.greedy_result = _greedy(prob, b)
-        if g_lat <= slo * (1 + _LAT_EPS):
+        if g_lat <= slo:
             k_g = _extra(prob, g_vals, b)
             cheaper = _count_cheaper([d - d[0] for d in domains], k_g)
             if cheaper > _TAIL_EXACT_LIMIT:
@@ -1206,7 +1206,7 @@ def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes:
             for start in range(0, len(cand), 4096):
                 batch = prob.evaluate(knap.config(cand[start:start + 4096]))
                 lat = prob.latency(batch)
-                ok = prob.util_ok(batch) & ~np.isnan(lat) & (lat <= slo * (1 + _LAT_EPS))
+                ok = prob.util_ok(batch) & ~np.isnan(lat) & (lat <= slo)
                 if ok.any():
                     i = int(np.nonzero(ok)[0][np.argmin(lat[ok])])
                     if lat[i] < best_lat:
@@ -1240,7 +1240,7 @@ def _fast_fallback(prob: _Problem, knap: "_plan_fast.Knapsack", k0: int, notes: 
     # The greedy first: floor-optimal configurations above its instance count cannot win.
     g_vals, g_lat = prob.greedy_result if prob.greedy_result is not None else _greedy(prob, b)
     k_last = knap.total
-    if g_lat <= slo * (1 + _LAT_EPS):
+    if g_lat <= slo:
         found.append((_extra(prob, g_vals, b), g_lat, g_vals, prob.greedy_at))
         k_last = min(k_last, found[0][0])
     k = k0
@@ -1254,7 +1254,7 @@ def _fast_fallback(prob: _Problem, knap: "_plan_fast.Knapsack", k0: int, notes: 
             # The first row meeting the SLO: the mean (cheap) first, then the statistic itself
             # for a few rows at a time, in order (a p95/p99 is a numerical inversion per row).
             mean = batch.latency_mean_ms
-            keep = prob.util_ok(batch) & ~np.isnan(mean) & (mean <= slo * (1 + _LAT_EPS))
+            keep = prob.util_ok(batch) & ~np.isnan(mean) & (mean <= slo)
             if stat != "mean":
                 # Rows the gamma fit, scaled by the greedy's last exact/fit ratio, puts more than
                 # 5 % above the SLO are skipped (a heuristic, like this whole fallback).
@@ -1264,7 +1264,7 @@ def _fast_fallback(prob: _Problem, knap: "_plan_fast.Knapsack", k0: int, notes: 
             for start in range(0, len(cand), max(step, 1)):
                 rows = cand[start:start + step]
                 lat = prob.stat_at(batch, rows)
-                ok = ~np.isnan(lat) & (lat <= slo * (1 + _LAT_EPS))
+                ok = ~np.isnan(lat) & (lat <= slo)
                 if ok.any():
                     j = int(np.argmax(ok))
                     i = int(rows[j])
