@@ -167,13 +167,14 @@ def pyarrow_operator_windows(files: list[str], window_s: float) -> pa.Table:
         ("queue_len_mean", "mean"), ("value_last", "sum"),
         *[(f"{name}_mean", "mean") for name in LATENCIES],
     ]).sort_by([("job", "ascending"), ("operator", "ascending"), ("w", "ascending")])
-    job, op = ops["job"].to_pylist(), ops["operator"].to_pylist()
     lag = ops["value_last_sum"]
-    edge_targets = {(j, t) for j, t in zip(edges["job"].to_pylist(), edges["target"].to_pylist())}
-    edge_jobs = {j for j, _ in edge_targets}
-    reports_lag = {(j, o) for j, o, v in zip(job, op, pc.is_valid(lag).to_pylist()) if v}
-    is_source = pa.array([(j, o) in reports_lag or (j in edge_jobs and (j, o) not in edge_targets)
-                          for j, o in zip(job, op)])
+    # (job, operator) pairs as one string column, so the flags are vectorized set lookups
+    op_key = pc.binary_join_element_wise(ops["job"], ops["operator"], "\x1f")
+    target_key = pc.binary_join_element_wise(edges["job"], edges["target"], "\x1f")
+    reports_lag = pc.unique(pc.filter(op_key, pc.is_valid(lag)))
+    edge_source = pc.and_(pc.is_in(ops["job"], value_set=pc.unique(edges["job"])),
+                          pc.invert(pc.is_in(op_key, value_set=pc.unique(target_key))))
+    is_source = pc.or_(pc.is_in(op_key, value_set=reports_lag), edge_source)
     rin, rout = ops["records_in_sum_sum"], ops["records_out_sum"]
     from_out = pc.and_(is_source, pc.or_(pc.is_null(rin), pc.equal(pc.fill_null(rin, 0.0), 0.0)))
     processed = pc.if_else(from_out, rout, rin)
@@ -185,12 +186,12 @@ def pyarrow_operator_windows(files: list[str], window_s: float) -> pa.Table:
     w = ops["w"].to_numpy()
     lag_np = lag.to_numpy(zero_copy_only=False).astype(float)
     same_op = np.zeros(len(w), dtype=bool)
-    same_op[1:] = np.array([a == b for a, b in zip(zip(job[1:], op[1:]), zip(job[:-1], op[:-1]))])
+    same_op[1:] = pc.equal(op_key[1:], op_key[:-1]).to_numpy(zero_copy_only=False)
     consecutive = np.zeros(len(w), dtype=bool)
     consecutive[1:] = same_op[1:] & (w[1:] - w[:-1] == width)
     previous = np.full(len(w), np.nan)
     previous[1:] = lag_np[:-1]
-    growth_ok = np.asarray(is_source) & consecutive & ~np.isnan(lag_np) & ~np.isnan(previous)
+    growth_ok = is_source.to_numpy(zero_copy_only=False) & consecutive & ~np.isnan(lag_np) & ~np.isnan(previous)
     growth = pa.array(np.where(growth_ok, (lag_np - previous) / window_s, np.nan),
                       mask=~growth_ok)
     ext_rate = pc.max_element_wise(pc.add(processed_rate, pc.fill_null(growth, 0.0)), 0.0)
