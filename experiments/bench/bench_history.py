@@ -191,7 +191,8 @@ def pyarrow_operator_windows(files: list[str], window_s: float) -> pa.Table:
     consecutive[1:] = same_op[1:] & (w[1:] - w[:-1] == width)
     previous = np.full(len(w), np.nan)
     previous[1:] = lag_np[:-1]
-    growth_ok = is_source.to_numpy(zero_copy_only=False) & consecutive & ~np.isnan(lag_np) & ~np.isnan(previous)
+    growth_ok = (is_source.to_numpy(zero_copy_only=False) & consecutive & ~np.isnan(lag_np)
+                 & ~np.isnan(previous))
     growth = pa.array(np.where(growth_ok, (lag_np - previous) / window_s, np.nan),
                       mask=~growth_ok)
     ext_rate = pc.max_element_wise(pc.add(processed_rate, pc.fill_null(growth, 0.0)), 0.0)
@@ -299,7 +300,7 @@ def compare(spark_out: Path, baseline_out: Path) -> float:
     b = pd.read_parquet(baseline_out).sort_values(key).reset_index(drop=True)
     if len(a) != len(b) or not (a[key] == b[key]).all().all():
         return float("inf")
-    if not ((a["is_source"] == b["is_source"]).all() and (a["arrival_basis"] == b["arrival_basis"]).all()):
+    if not all((a[col] == b[col]).all() for col in ("is_source", "arrival_basis")):
         return float("inf")
     worst = 0.0
     for col in b.columns.drop(key + ["is_source", "arrival_basis"]):
@@ -357,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"the baseline's work)")
             print(f"spark   {spark['ow_steady_seconds']:8.1f} s  "
                   f"{rows / spark['ow_steady_seconds']:>12,.0f} rows/s  (operator_windows alone, "
-                  f"steady state: median of the last 3 of {len(spark['ow_runs'])} runs: "
+                  f"steady state: median of the last {min(3, len(spark['ow_runs']))} of "
+                  f"{len(spark['ow_runs'])} runs: "
                   f"{' / '.join(f'{x:.1f}' for x in spark['ow_runs'])} s)")
         budget = args.baseline_memory or args.driver_memory
         base = run_baseline(files, workdir / "baseline_ow.parquet", budget)
