@@ -17,9 +17,19 @@ def spark():
     """Local Spark, UI off, 2 shuffle partitions; started once, stopped at the end."""
     from history.spark import spark_session
 
-    session = spark_session(master="local[2]", app_name="augury-tests")
+    session = spark_session(master="local[2]", app_name="augury-tests", shuffle_partitions=2)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def small_spark(spark):
+    """The shared session with whole-stage code generation off: compiling generated code costs
+    seconds per query and buys nothing on a few rows (benchmarks keep it on)."""
+    before = spark.conf.get("spark.sql.codegen.wholeStage")
+    spark.conf.set("spark.sql.codegen.wholeStage", "false")
+    yield spark
+    spark.conf.set("spark.sql.codegen.wholeStage", before)
 
 
 @pytest.fixture(autouse=True, scope="session")
