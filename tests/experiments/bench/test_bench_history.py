@@ -17,9 +17,12 @@ from experiments.bench.bench_history import (
 from history.pipeline import summarize
 from history.summarize import raw_spark_schema
 
+pytestmark = pytest.mark.spark
+
 
 @pytest.fixture(scope="module")
-def raw_files(tmp_path_factory):
+def generated(tmp_path_factory):
+    """(native windows, Parquet files) of ~20,000 generated raw rows."""
     out = tmp_path_factory.mktemp("bench-raw")
     rows, files = generate(20_000, out)
     per_window = INSTANCES * sum(len(_instance_metrics(op)) for op in OPERATORS)
@@ -27,8 +30,8 @@ def raw_files(tmp_path_factory):
 
 
 @pytest.mark.parametrize("window_s", [10.0, 20.0])
-def test_baseline_equals_the_pipeline_on_every_column(small_spark, raw_files, tmp_path, window_s):
-    native_windows, raw_files = raw_files
+def test_baseline_equals_the_pipeline_on_every_column(small_spark, generated, tmp_path, window_s):
+    native_windows, raw_files = generated
     raw = small_spark.read.schema(raw_spark_schema()).parquet(*raw_files)
     summarize(raw, window_s).operator_windows.write.parquet(str(tmp_path / "spark" / "operator_windows"))
     baseline = pyarrow_operator_windows(raw_files, window_s)
@@ -39,8 +42,8 @@ def test_baseline_equals_the_pipeline_on_every_column(small_spark, raw_files, tm
     assert compare(tmp_path / "spark", tmp_path / "baseline.parquet") < 1e-9
 
 
-def test_compare_sees_a_changed_column(small_spark, raw_files, tmp_path):
-    _, raw_files = raw_files
+def test_compare_sees_a_changed_column(small_spark, generated, tmp_path):
+    _, raw_files = generated
     raw = small_spark.read.schema(raw_spark_schema()).parquet(*raw_files)
     summarize(raw, 10.0).operator_windows.write.parquet(str(tmp_path / "spark" / "operator_windows"))
     baseline = pyarrow_operator_windows(raw_files, 10.0)
