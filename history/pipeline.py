@@ -48,8 +48,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from history.errors import HistoryError
-
-LATENCIES = ("latency_ms_mean", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99")
+from history.schema import LATENCIES
 
 
 @dataclass(frozen=True)

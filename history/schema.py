@@ -81,6 +81,10 @@ _UNITS: dict[Metric, tuple[str, str, str]] = {
     Metric.PARALLELISM: ("instances", "gauge", "the operator's configured parallelism"),
 }
 
+LATENCIES: tuple[str, ...] = (Metric.LATENCY_MS_MEAN.value, Metric.LATENCY_MS_P50.value,
+                              Metric.LATENCY_MS_P95.value, Metric.LATENCY_MS_P99.value)
+"""The end-to-end latency gauges (sinks report them); operator_windows averages each."""
+
 METRIC_NAMES: frozenset[str] = frozenset(m.value for m in Metric)
 TIME_METRICS: tuple[str, ...] = (Metric.BUSY_MS.value, Metric.BACKPRESSURED_MS.value,
                                  Metric.IDLE_MS.value)

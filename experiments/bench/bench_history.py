@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from history.schema import RAW_SCHEMA  # noqa: E402
+from history.schema import LATENCIES, RAW_SCHEMA  # noqa: E402
 
 OPERATORS = ("src", "map", "sink")
 INSTANCES = 8
@@ -103,9 +103,6 @@ def generate(rows: int, out_dir: Path, seed: int = 7) -> tuple[int, list[str]]:
 
 
 # --------------------------------------------------------------------------- pyarrow baseline
-LATENCIES = ("latency_ms_mean", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99")
-
-
 def _safe_div(num, den):
     """``num / den`` where ``den > 0``, else null (``history.pipeline._safe_div``)."""
     positive = pc.fill_null(pc.greater(den, 0), False)
