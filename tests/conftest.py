@@ -7,9 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from experiments import bundled
+
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
-TRACES = REPO.parent / "shared" / "traces"
+EXAMPLES = bundled.examples_dir()
+"""The bundled example model files and run configurations (the repository's examples/)."""
+TRACES = bundled.traces_dir()
+"""The bundled real traces."""
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +47,5 @@ def _mlflow_store(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def traces_dir() -> Path:
-    if not TRACES.is_dir():
-        pytest.skip(f"real traces not found at {TRACES}")
+    """The bundled real traces (shipped with augury: never skipped)."""
     return TRACES
