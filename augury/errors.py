@@ -1,54 +1,12 @@
-"""The root of augury's exception types.
+"""The root of augury's exception types: re-exported from ``modeler.errors``.
 
-Every error a user can cause (bad file, bad flag, bad metric row) is an
-``AuguryError`` naming where it happened: the file, the field and the value.
-The command line turns it into a one-line message on stderr and exit code 2.
-Each package derives its own types (``modeler.errors.ModelError``,
-``history.errors.HistoryError``, ``scheduler.errors.InfeasiblePlan``...).
+``AuguryError`` and ``UsageError`` live in ``modeler.errors`` (the lowest layer, importable by
+``history``, ``modeler``, ``scheduler`` and ``experiments`` without importing the command line);
+this module keeps ``from augury.errors import AuguryError`` working.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from modeler.errors import AuguryError, UsageError
 
-
-class AuguryError(Exception):
-    """A typed, user-facing error that names the file, field and value at fault."""
-
-    exit_code: int = 2
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        file: str | None = None,
-        field: str | None = None,
-        value: Any = None,
-    ) -> None:
-        self.message = message
-        self.file = file
-        self.field = field
-        self.value = value
-        super().__init__(self.__str__())
-
-    def __str__(self) -> str:
-        where = []
-        if self.file:
-            where.append(str(self.file))
-        if self.field:
-            where.append(f"field '{self.field}'" + (f" = {self.value!r}" if self.value is not None else ""))
-        elif self.value is not None:
-            where.append(f"value {self.value!r}")
-        prefix = ": ".join(where)
-        return f"{prefix}: {self.message}" if prefix else self.message
-
-    def with_file(self, file: str) -> "AuguryError":
-        """Return the same error, attributed to ``file`` (when it had none)."""
-        if self.file is None:
-            self.file = str(file)
-            self.args = (self.__str__(),)
-        return self
-
-
-class UsageError(AuguryError):
-    """A bad command-line argument."""
+__all__ = ["AuguryError", "UsageError"]

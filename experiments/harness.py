@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from augury.errors import AuguryError, UsageError
+from modeler.errors import AuguryError, UsageError
 
 SUITE_PACKAGE = "experiments.suite"
 

@@ -33,8 +33,8 @@ from typing import Mapping
 
 import pandas as pd
 
-from augury.errors import AuguryError
 from experiments.harness import experiment_names, headline, load_experiment, mlflow_experiment_name
+from modeler.errors import AuguryError
 
 REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"

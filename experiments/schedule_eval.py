@@ -347,7 +347,7 @@ def main(argv=None) -> int:
                     help="reactive re-plans plan for the measured peak x this (default %(default)s)")
     ap.add_argument("--plot-dir", default=None)
     args = ap.parse_args(argv)
-    from augury.commands._common import parse_duration_s
+    from modeler.units import parse_duration_s
 
     traces = args.trace or ["taxi", "wc98"]
     budgets = args.budget or [12, 6]

@@ -8,7 +8,7 @@ quarantined, not raised). ``StoreError`` is a store directory that is missing or
 
 from __future__ import annotations
 
-from augury.errors import AuguryError
+from modeler.errors import AuguryError
 
 
 class HistoryError(AuguryError):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from augury.errors import AuguryError
+from modeler.errors import AuguryError
 
 try:  # the history package owns its error types; fall back until they exist
     from history.errors import HistoryError  # type: ignore[attr-defined]

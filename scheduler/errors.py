@@ -1,6 +1,6 @@
 """Errors of the scheduler package.
 
-Every user-caused error is an ``augury.errors.AuguryError`` naming the file, field and value.
+Every user-caused error is an ``modeler.errors.AuguryError`` naming the file, field and value.
 ``InfeasiblePlan`` is the one *negative answer* among them: nothing is wrong with the input, there
 is just no configuration that meets the targets (exit code 1, like ``augury plan`` itself).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from augury.errors import AuguryError
+from modeler.errors import AuguryError
 
 
 class SchedulerError(AuguryError):

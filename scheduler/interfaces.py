@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
-from augury.errors import AuguryError
+from modeler.errors import AuguryError
 
 RAW_COLUMNS = ("ts", "window_s", "job", "operator", "instance", "metric", "value", "target")
 

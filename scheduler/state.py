@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-from augury.errors import AuguryError
+from modeler.errors import AuguryError
 
 OUTCOMES = ("pending", "helped", "did_not_help", "failed", "advised")
 

@@ -2,16 +2,18 @@
 
 Units: rates in tuples/s, latencies in ms.
 
-Everything here is a function over values (a compiled model, an array of rates, a
-``ConfigSpace``) returning pandas DataFrames; no files are written (the ``augury whatif`` command
-streams the chunks into a CSV/Parquet writer). The sweep is the cartesian product
+The sweep functions are functions over values (a compiled model, an array of rates, a
+``ConfigSpace``) returning pandas DataFrames and write no files; ``TableWriter`` streams the chunks
+into a CSV/Parquet file (what ``augury whatif`` and ``experiments/bench/bench_whatif.py`` do). The
+sweep is the cartesian product
 *configurations x rates*, enumerated configuration-major: row ``r`` is configuration
 ``r // len(rates)`` at rate ``rates[r % len(rates)]``, so it can be cut into chunks of bounded size
 (``iter_predictions``) or distributed over Spark (``spark_predictions``: the configurations as a
 DataFrame partitioned across executors, ``mapInPandas`` compiling the model once per partition).
 Both paths produce the same rows.
 
-The prediction table (``TABLE_COLUMNS``): ``config_id``, ``p_<operator>`` for every operator (in
+The prediction table (``table_schema(names)``: column -> type, the one definition the CSV/Parquet
+writer, the Spark schema and ``table_columns`` derive from): ``config_id``, ``p_<operator>`` for every operator (in
 the model's topological order), ``instances`` (total over all operators), ``rate``,
 ``throughput``, ``max_rate`` (the highest rate the configuration sustains), ``bottleneck`` (the
 operator whose hottest instance saturates first; None when nothing has a capacity),
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,9 +51,18 @@ from modeler.modelfile import JobModel
 from modeler.queueing import LATENCY_STATS, CompiledModel, compile_model, predict_batch
 from scheduler.errors import SchedulerError
 
-#: Columns of the prediction table after ``config_id`` and the ``p_<operator>`` columns.
-VALUE_COLUMNS = ("instances", "rate", "throughput", "max_rate", "bottleneck", "max_utilization",
-                 "saturated", "latency_mean_ms", "latency_p95_ms", "latency_p99_ms")
+#: Columns of the prediction table after ``config_id`` and the ``p_<operator>`` columns, with their
+#: types (``int``, ``float``, ``str``, ``bool``): the one definition of the table's schema.
+VALUE_TYPES: Mapping[str, str] = {
+    "instances": "int", "rate": "float", "throughput": "float", "max_rate": "float", "bottleneck": "str",
+    "max_utilization": "float", "saturated": "bool", "latency_mean_ms": "float", "latency_p95_ms": "float",
+    "latency_p99_ms": "float",
+}
+#: Column names of ``VALUE_TYPES``, in order.
+VALUE_COLUMNS = tuple(VALUE_TYPES)
+#: Value columns that are never null (the rest are null/NaN when nothing has a capacity or the
+#: configuration saturates).
+_NOT_NULL = ("instances", "rate")
 #: Columns of the per-configuration table after ``config_id`` and the ``p_<operator>`` columns.
 CONFIG_VALUE_COLUMNS = ("instances", "max_rate", "bottleneck")
 #: Default cap on the number of configurations a sweep may enumerate.
@@ -62,8 +74,21 @@ def p_column(operator: str) -> str:
     return f"p_{operator}"
 
 
+def table_schema(names: Sequence[str]) -> dict[str, str]:
+    """The prediction table's columns (``config_id``, ``p_<operator>`` per operator in ``names``
+    order, then ``VALUE_COLUMNS``) -> type (``int``, ``float``, ``str``, ``bool``)."""
+    return {"config_id": "int", **{p_column(n): "int" for n in names}, **VALUE_TYPES}
+
+
+def config_schema(names: Sequence[str]) -> dict[str, str]:
+    """The per-configuration table's columns (``config_table``) -> type."""
+    full = table_schema(names)
+    keep = ["config_id", *(p_column(n) for n in names), *CONFIG_VALUE_COLUMNS]
+    return {c: full[c] for c in keep}
+
+
 def table_columns(names: Sequence[str]) -> list[str]:
-    return ["config_id", *(p_column(n) for n in names), *VALUE_COLUMNS]
+    return list(table_schema(names))
 
 
 # ------------------------------------------------------------------------ parsing
@@ -476,28 +501,88 @@ def cheapest_per_rate(table: pd.DataFrame, targets: Targets = Targets(),
     return CheapestPerRate(targets).update(table).result(rates)
 
 
+# ------------------------------------------------------------------------- writing
+
+
+def side_path(out: Path, name: str) -> Path:
+    """``out``'s companion table ``<stem>.<name><suffix>`` (``t.csv`` -> ``t.max_rate.csv``)."""
+    return out.with_name(f"{out.stem}.{name}{out.suffix}")
+
+
+class TableWriter:
+    """Appends chunks to a CSV or Parquet file (written to ``<out>.partial``, renamed on
+    ``close``), so a table of any size is written with one chunk in memory and ``path`` only ever
+    holds a whole table. ``columns``: name -> ``int``, ``float``, ``str`` or ``bool`` (the Parquet
+    schema; ``table_schema``/``config_schema``)."""
+
+    def __init__(self, path: Path, columns: Mapping[str, str]) -> None:
+        self.path = Path(path)
+        self.partial = self.path.with_name(self.path.name + ".partial")
+        self.kind = self.path.suffix.lower().lstrip(".")
+        self.columns = dict(columns)
+        self._writer = None
+        self._schema = None
+        self._header = True
+        self.rows = 0
+
+    def _arrow_schema(self):
+        import pyarrow as pa
+
+        types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
+        return pa.schema([pa.field(n, types[t]) for n, t in self.columns.items()])
+
+    def write(self, chunk: pd.DataFrame) -> None:
+        chunk = chunk[list(self.columns)]
+        if self.kind == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            if self._writer is None:
+                self._schema = self._arrow_schema()
+                self._writer = pq.ParquetWriter(self.partial, self._schema)
+            self._writer.write_table(pa.Table.from_pandas(chunk, schema=self._schema, preserve_index=False))
+        else:
+            chunk.to_csv(self.partial, mode="w" if self._header else "a", header=self._header, index=False)
+            self._header = False
+        self.rows += len(chunk)
+
+    def close(self) -> None:
+        if self.kind == "parquet":
+            if self._writer is None:
+                import pyarrow.parquet as pq
+
+                self._schema = self._arrow_schema()
+                self._writer = pq.ParquetWriter(self.partial, self._schema)
+            self._writer.close()
+        elif self._header:
+            pd.DataFrame(columns=list(self.columns)).to_csv(self.partial, index=False)
+        os.replace(self.partial, self.path)
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self.partial.unlink(missing_ok=True)
+
+
+def write_frame(frame: pd.DataFrame, path: Path) -> None:
+    """``frame`` as CSV or Parquet (by ``path``'s suffix)."""
+    path = Path(path)
+    if path.suffix.lower() == ".parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_csv(path, index=False)
+
+
 # ----------------------------------------------------------------------- Spark
 
 
 def spark_schema(names: Sequence[str]):
-    """The prediction table's Spark schema."""
+    """The prediction table's Spark schema (from ``table_schema``)."""
     from pyspark.sql import types as T
 
-    fields = [T.StructField("config_id", T.LongType(), False)]
-    fields += [T.StructField(p_column(n), T.LongType(), False) for n in names]
-    fields += [
-        T.StructField("instances", T.LongType(), False),
-        T.StructField("rate", T.DoubleType(), False),
-        T.StructField("throughput", T.DoubleType(), True),
-        T.StructField("max_rate", T.DoubleType(), True),
-        T.StructField("bottleneck", T.StringType(), True),
-        T.StructField("max_utilization", T.DoubleType(), True),
-        T.StructField("saturated", T.BooleanType(), True),
-        T.StructField("latency_mean_ms", T.DoubleType(), True),
-        T.StructField("latency_p95_ms", T.DoubleType(), True),
-        T.StructField("latency_p99_ms", T.DoubleType(), True),
-    ]
-    return T.StructType(fields)
+    types = {"int": T.LongType(), "float": T.DoubleType(), "str": T.StringType(), "bool": T.BooleanType()}
+    nullable = set(VALUE_COLUMNS) - set(_NOT_NULL)
+    return T.StructType([T.StructField(c, types[t], c in nullable) for c, t in table_schema(names).items()])
 
 
 def spark_configs(spark, space: ConfigSpace, start: int = 0, stop: int | None = None,

@@ -1,25 +1,19 @@
-"""Helpers shared by subcommands: parsing flags into values, printing JSON."""
+"""Helpers shared by subcommands: parsing flags into values, printing JSON.
+
+``parse_duration_s`` lives in ``modeler.units`` (every layer parses durations); it is re-exported
+here for the subcommands."""
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from typing import Any
 
-from augury.errors import UsageError
+from modeler.errors import UsageError
+from modeler.units import parse_duration_s
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d|w)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_duration_s(text: str, flag: str) -> float:
-    """'90s', '5m', '2h', '1d' -> seconds. A bare number is seconds."""
-    match = _DURATION.match(str(text))
-    if not match:
-        raise UsageError("expected a duration like 30s, 5m, 2h or 1d", field=flag, value=text)
-    return float(match.group(1)) * _UNIT_S[match.group(2) or "s"]
+__all__ = ["parse_duration_s", "parse_config", "parse_positive_float", "print_json"]
 
 
 def parse_config(text: str | None, flag: str = "--config") -> dict[str, int]:

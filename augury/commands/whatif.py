@@ -5,7 +5,6 @@ and rates (``scheduler.whatif``), streamed into the table chunk by chunk."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ import pandas as pd
 
 from augury.commands._common import print_json
 from augury.commands.plan import add_target_flags, targets
-from augury.errors import UsageError
+from modeler.errors import UsageError
 
 #: Sweeps with at least this many rows show a progress bar (on a terminal).
 PROGRESS_MIN_ROWS = 100_000
@@ -49,91 +48,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-progress", action="store_true", help="never show the progress bar")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
-
-
-# ------------------------------------------------------------------------- writing
-
-
-def _side_path(out: Path, name: str) -> Path:
-    return out.with_name(f"{out.stem}.{name}{out.suffix}")
-
-
-class TableWriter:
-    """Appends chunks to a CSV or Parquet file (written to ``<out>.partial``, renamed on
-    ``close``), so a table of any size is written with one chunk in memory. ``columns``: name ->
-    ``int``, ``float``, ``str`` or ``bool`` (the Parquet schema)."""
-
-    def __init__(self, path: Path, columns: dict[str, str]) -> None:
-        self.path = path
-        self.partial = path.with_name(path.name + ".partial")
-        self.kind = path.suffix.lower().lstrip(".")
-        self.columns = dict(columns)
-        self._writer = None
-        self._schema = None
-        self._header = True
-        self.rows = 0
-
-    def _arrow_schema(self):
-        import pyarrow as pa
-
-        types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
-        return pa.schema([pa.field(n, types[t]) for n, t in self.columns.items()])
-
-    def write(self, chunk: pd.DataFrame) -> None:
-        chunk = chunk[list(self.columns)]
-        if self.kind == "parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            if self._writer is None:
-                self._schema = self._arrow_schema()
-                self._writer = pq.ParquetWriter(self.partial, self._schema)
-            self._writer.write_table(pa.Table.from_pandas(chunk, schema=self._schema, preserve_index=False))
-        else:
-            chunk.to_csv(self.partial, mode="w" if self._header else "a", header=self._header, index=False)
-            self._header = False
-        self.rows += len(chunk)
-
-    def close(self) -> None:
-        if self.kind == "parquet":
-            if self._writer is None:
-                import pyarrow.parquet as pq
-
-                self._schema = self._arrow_schema()
-                self._writer = pq.ParquetWriter(self.partial, self._schema)
-            self._writer.close()
-        elif self._header:
-            pd.DataFrame(columns=list(self.columns)).to_csv(self.partial, index=False)
-        os.replace(self.partial, self.path)
-
-    def abort(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self.partial.unlink(missing_ok=True)
-
-
-def table_schema(names) -> dict[str, str]:
-    from scheduler.whatif import p_column
-
-    cols = {"config_id": "int", **{p_column(n): "int" for n in names}, "instances": "int", "rate": "float",
-            "throughput": "float", "max_rate": "float", "bottleneck": "str", "max_utilization": "float",
-            "saturated": "bool", "latency_mean_ms": "float", "latency_p95_ms": "float", "latency_p99_ms": "float"}
-    return cols
-
-
-def config_schema(names) -> dict[str, str]:
-    from scheduler.whatif import CONFIG_VALUE_COLUMNS
-
-    full = table_schema(names)
-    keep = ["config_id", *[c for c in full if c.startswith("p_")], *CONFIG_VALUE_COLUMNS]
-    return {c: full[c] for c in keep}
-
-
-def write_frame(frame: pd.DataFrame, path: Path) -> None:
-    if path.suffix.lower() == ".parquet":
-        frame.to_parquet(path, index=False)
-    else:
-        frame.to_csv(path, index=False)
 
 
 # ---------------------------------------------------------------------- the run
@@ -212,9 +126,9 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     show = not args.no_progress and total >= PROGRESS_MIN_ROWS
-    configs_path, cheapest_path = _side_path(out, "max_rate"), _side_path(out, "cheapest")
-    writer = TableWriter(out, table_schema(compiled.names))
-    config_writer = TableWriter(configs_path, config_schema(compiled.names))
+    configs_path, cheapest_path = W.side_path(out, "max_rate"), W.side_path(out, "cheapest")
+    writer = W.TableWriter(out, W.table_schema(compiled.names))
+    config_writer = W.TableWriter(configs_path, W.config_schema(compiled.names))
     cheapest = W.CheapestPerRate(goal)
     frontier = _Frontier()
     last_config = -1
@@ -250,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
             spark.stop()
     elapsed = time.perf_counter() - started
     best = cheapest.result(rates)
-    write_frame(best, cheapest_path)
+    W.write_frame(best, cheapest_path)
 
     plots = []
     if args.plots:

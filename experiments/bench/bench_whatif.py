@@ -24,12 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_predict import DAG  # noqa: E402
 
-from augury.commands.whatif import TableWriter, table_schema  # noqa: E402
 from modeler.modelfile import parse_model  # noqa: E402
 from modeler.queueing import compile_model  # noqa: E402
 from scheduler.whatif import (  # noqa: E402
-    CheapestPerRate, Targets, iter_predictions, iter_spark_predictions, parse_rates, parse_sweep, sweep_rows,
-    sweep_space,
+    CheapestPerRate, TableWriter, Targets, iter_predictions, iter_spark_predictions, parse_rates, parse_sweep,
+    sweep_rows, sweep_space, table_schema,
 )
 
 

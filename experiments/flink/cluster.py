@@ -46,7 +46,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from augury.errors import AuguryError
+from modeler.errors import AuguryError
 
 FLINK_VERSION = "2.2.1"
 """The pinned apache-flink wheel (Java 17)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from augury.errors import AuguryError
+from modeler.errors import AuguryError
 
 
 class TestbedError(AuguryError):

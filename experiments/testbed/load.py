@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from augury.errors import AuguryError
 from experiments.testbed.errors import TestbedError
+from modeler.errors import AuguryError
 
 
 @dataclass(frozen=True)

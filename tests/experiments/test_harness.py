@@ -11,9 +11,9 @@ import pytest
 
 import experiments.harness as harness
 from augury.cli import main as cli
-from augury.errors import UsageError
 from experiments.harness import (ExperimentError, broken_modules, experiment_names, load_experiment,
                                  run_experiment)
+from modeler.errors import UsageError
 from tests.experiments.suite_fixtures import make_suite
 
 

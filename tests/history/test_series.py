@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from augury.errors import AuguryError
 from history.series import load_series
+from modeler.errors import AuguryError
 
 
 def _write(tmp_path, text: str, name: str = "s.csv"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from augury.commands.run import load_run_config
-from augury.errors import AuguryError
+from modeler.errors import AuguryError
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "experiments" / "flink" / "jobs" / "sleep_pipeline.yaml"

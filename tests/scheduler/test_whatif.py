@@ -467,3 +467,17 @@ def test_cli_spark_unavailable_exits_3(capsys, tmp_path, monkeypatch):
                                    "--spark-master", "spark://nowhere:7077"])
     assert code == 3 and not out and "field '--spark-master'" in err and err.count("\n") == 1
     assert not (tmp_path / "t.csv").exists()
+
+
+def test_one_schema_for_table_writer_and_spark():
+    from scheduler.whatif import VALUE_COLUMNS, config_schema, spark_schema, table_schema
+
+    names = ("source", "parse")
+    schema = table_schema(names)
+    assert list(schema) == table_columns(names) == ["config_id", "p_source", "p_parse", *VALUE_COLUMNS]
+    spark = spark_schema(names)
+    assert spark.fieldNames() == list(schema)
+    assert [f.name for f in spark.fields if not f.nullable] == ["config_id", "p_source", "p_parse", "instances",
+                                                                "rate"]
+    assert list(config_schema(names)) == ["config_id", "p_source", "p_parse", "instances", "max_rate",
+                                          "bottleneck"]

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from augury.errors import AuguryError
 from experiments.testbed import (OperatorOverride, PiecewiseRate, Testbed, TestbedConfig, TestbedError,
                                  load_faults, load_trace, parse_faults)
+from modeler.errors import AuguryError
 from modeler.modelfile import load_model
 from tests.conftest import EXAMPLES
 
