@@ -47,6 +47,14 @@ def _dir(kind: str) -> Path:
     return _extracted.enter_context(resources.as_file(root))  # pragma: no cover (zip installs)
 
 
+def data_dir() -> Path:
+    """The bundled data's root: ``traces/`` and ``examples/`` under it."""
+    root = resources.files(DATA_PACKAGE)
+    if isinstance(root, Path):
+        return root
+    return _extracted.enter_context(resources.as_file(root))  # pragma: no cover (zip installs)
+
+
 def traces_dir() -> Path:
     """The directory of the bundled real traces (CSV files, ``README.md``, notices)."""
     return _dir(TRACES)

@@ -30,6 +30,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from experiments import bundled
 from experiments.replay import ReplayResult
 from modeler.modelfile import JobModel
 from modeler.queueing import predict
@@ -39,8 +40,10 @@ from modeler.queueing import predict
 class DemoConfig:
     """What the demo runs. Every field has a default."""
 
-    model_file: str = "examples/wordcount.yaml"
-    trace_file: str = "../shared/traces/nab_nyc_taxi.csv"
+    model_file: str = str(bundled.example("wordcount.yaml"))
+    """The job's true model (default: the bundled example, ``experiments.bundled``)."""
+    trace_file: str = str(bundled.trace("nab_nyc_taxi.csv"))
+    """The real trace to forecast and replay (default: the bundled NYC-taxi trace)."""
     history_start: str = "2014-07-01"
     """First day of forecasting history (trace time)."""
     replay_day: str = "2014-07-22"

@@ -1,4 +1,4 @@
-"""The forecast backtest table on the real traces (``../shared/traces``).
+"""The forecast backtest table on the bundled real traces (``experiments.bundled``).
 
     python -m experiments.forecast_table [--traces DIR] [--write-docs docs/forecast.md]
                                          [--other-windows] [--no-track]
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from experiments import bundled
 from history.series import load_series
 from modeler.forecast import Backtest, Forecaster, backtest, resample
 
-REPO = Path(__file__).resolve().parent.parent
-TRACES = REPO.parent / "shared" / "traces"
+TRACES = bundled.traces_dir()
 HORIZON_S = 7200.0
 QUANTILES = (0.5, 0.9)
 START, END = "<!-- forecast-table:start -->", "<!-- forecast-table:end -->"

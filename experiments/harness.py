@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
+from experiments import bundled
 from modeler.errors import AuguryError, UsageError
 
 SUITE_PACKAGE = "experiments.suite"
@@ -52,8 +53,10 @@ class ExperimentContext:
     """Seed for every random choice of the run."""
     workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
     """Directory for files the run writes (figures, stores, models)."""
-    repo: Path = Path(__file__).resolve().parents[1]
-    """The repository root (examples/ and ../shared/traces/ are found from it)."""
+    repo: Path = field(default_factory=lambda: bundled.data_dir())
+    """The directory experiments resolve their relative file names against (``examples/<name>.yaml``):
+    the bundled data (``experiments.bundled.data_dir()``, with ``examples/`` and ``traces/``), the
+    same in a checkout and in an installed wheel. (Named for the checkout root it used to be.)"""
     spark_master: str = "local[2]"
     """Spark master URL for experiments that ingest through the pipeline."""
     progress: Callable[[str], None] = lambda message: None
@@ -61,7 +64,8 @@ class ExperimentContext:
 
     @property
     def traces_dir(self) -> Path:
-        return self.repo.parent / "shared" / "traces"
+        """The bundled real traces (``experiments.bundled.traces_dir()``)."""
+        return bundled.traces_dir()
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Pure functions over a ``JobModel`` (the same calibrated profile augury uses: service times,
 SCVs, selectivities, network delay), a configuration and a total input rate. Rates in
-tuples/s, times in ms. What each model is (``../shared/DESIGN.md`` section 3):
+tuples/s, times in ms. What each model is (``docs/design.md`` section 3):
 
 - **Caladrius** (``caladrius``): arrival rates propagated level by level; each instance a G/G/1
   queue whose wait is Kingman's ``rho/(1-rho) * (ca2 + cs2)/2 * E[S]``; end-to-end latency the

@@ -44,10 +44,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = Path(os.environ.get("AUGURY_TRACES", ROOT.parent / "shared" / "traces"))
-"""The real traces (``../shared/traces``, or ``$AUGURY_TRACES``)."""
-MODEL_FILE = ROOT / "examples" / "wordcount.yaml"
+from experiments import bundled
+
+TRACES = Path(os.environ["AUGURY_TRACES"]) if "AUGURY_TRACES" in os.environ else bundled.traces_dir()
+"""The real traces (the bundled ones, ``experiments.bundled``, or ``$AUGURY_TRACES``)."""
+MODEL_FILE = bundled.example("wordcount.yaml")
 PEAK_RATE = 4000.0
 """The highest value of each trace is scaled to this input rate, tuples/s."""
 

@@ -2,7 +2,7 @@
 
 Units: rates in tuples/s, times in ms (internally seconds, converted at the edges).
 
-What is modelled (``../shared/DESIGN.md`` section 2), and the assumptions:
+What is modelled (``docs/design.md`` section 2), and the assumptions:
 
 1. **Traffic.** In topological order, lambda_v = sum over in-edges u->v of s_uv * x_u (times p_v on
    a broadcast edge); x_u = lambda_u below saturation. Sources receive ``rate * rate_share``.

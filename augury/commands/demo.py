@@ -15,15 +15,13 @@ from pathlib import Path
 from augury.commands._common import print_json
 from augury.errors import UsageError
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="run the main job end to end on bundled data",
                                    description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the short version (< 3 minutes)")
-    parser.add_argument("--trace", default=str(REPO.parent / "shared" / "traces" / "nab_nyc_taxi.csv"),
-                        help="the real trace to replay (timestamp,value CSV)")
+    parser.add_argument("--trace", help="the real trace to replay (timestamp,value CSV; default: the bundled "
+                                        "NYC-taxi trace)")
     parser.add_argument("--out", help="output directory (default: a new temporary directory)")
     parser.add_argument("--spark-master", default="local[2]", help="Spark master URL")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -31,11 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from experiments import bundled
     from experiments.demo import DemoConfig, run_demo
 
-    if not Path(args.trace).is_file():
-        raise UsageError("trace file not found", field="--trace", value=args.trace)
-    cfg = DemoConfig(model_file=str(REPO / "examples" / "wordcount.yaml"), trace_file=args.trace,
+    trace = args.trace or str(bundled.trace("nab_nyc_taxi.csv"))
+    if not Path(trace).is_file():
+        raise UsageError("trace file not found", field="--trace", value=trace)
+    cfg = DemoConfig(model_file=str(bundled.example("wordcount.yaml")), trace_file=trace,
                      out_dir=args.out, spark_master=args.spark_master,
                      **({"speedup": 960.0, "record_seconds": 20.0, "window_s": 1.0} if args.quick else
                         {"speedup": 120.0, "record_seconds": 60.0, "window_s": 5.0}))

@@ -2,8 +2,8 @@
 
     python -m experiments.bench.bench_forecast [--repeat 5] [--traces DIR]
 
-The series is the last week of the AMZN tweet trace (``../shared/traces``), or a synthetic
-daily-seasonal series when the traces are absent. For each method: the median wall time of
+The series is the last week of the AMZN tweet trace (bundled, ``experiments.bundled``; ``--traces``
+points elsewhere), or a synthetic daily-seasonal series when that directory has no such trace. For each method: the median wall time of
 ``Forecaster(method=...).fit(week)`` followed by ``.forecast(24, (0.5, 0.9))`` (2 hours), and
 of the cheap path a control loop takes between refits, ``result.update(newer).forecast(24)``.
 Figures are printed, not asserted (no timed assertions in tests).
@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments import bundled
 from modeler.forecast import Forecaster
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+TRACES = bundled.traces_dir()
 METHODS = ("seasonal-naive", "autoreg", "holt-winters", "theta", "auto")
 WEEK = 7 * 288
 

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import numpy as np
 
+from experiments import bundled
 from experiments.testbed import Testbed, TestbedConfig, load_trace
 from experiments.testbed import kernel
 from modeler.keys import instance_shares, key_group_weights
 from modeler.modelfile import load_model
 
-REPO = Path(__file__).resolve().parents[2]
-TRACE = REPO.parent / "shared" / "traces" / "wc98_requests_per_minute.csv"
+TRACE = bundled.trace("wc98_requests_per_minute.csv")
 
 
 def capacity(model) -> float:
@@ -82,7 +81,7 @@ def main() -> None:
     parser.add_argument("--skip-replay", action="store_true")
     args = parser.parse_args()
     print(f"numba: {kernel.HAVE_NUMBA}")
-    model = load_model(REPO / "examples" / "wordcount.yaml")
+    model = load_model(bundled.example("wordcount.yaml"))
     cap = capacity(model)
     print(f"wordcount capacity at {model.config}: {cap:,.0f} tuples/s")
     steady(model, 0.8 * cap, args.seconds)

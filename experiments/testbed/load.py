@@ -5,8 +5,8 @@ source's instances, each instance an independent arrival process whose inter-arr
 source's ``arrival_scv``: 1 = Poisson). A rate change re-times each pending arrival so the
 process is exactly a (piecewise) time-changed renewal process.
 
-**Traces** (``load_trace``): a CSV of counts per interval (``timestamp,value``; the files in
-``shared/traces``). The interval is the median spacing of the timestamps; rows are binned onto a
+**Traces** (``load_trace``): a CSV of counts per interval (``timestamp,value``; e.g. the bundled
+real traces, ``experiments.bundled.trace(name)``). The interval is the median spacing of the timestamps; rows are binned onto a
 regular grid of that interval starting at the first timestamp (``resample_s`` re-bins to another
 interval), and missing intervals (no row, or an empty cell) are **linearly interpolated** and
 counted in ``TraceLoad.filled`` (never dropped). A count per interval becomes a rate:
