@@ -173,7 +173,7 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
         max_reconfigurations_per_day=cfg.max_reconfigurations_per_day,
         history_days=max(1, (day0 - pd.Timestamp(cfg.history_start)).days)))
 
-    flink = PolicyController(FlinkAutoscalerPolicy(to_graph(truth), time_scale=cfg.speedup))
+    flink = PolicyController(FlinkAutoscalerPolicy(to_graph(truth)))
     static = PolicyController(StaticPolicy(name="static-peak"))
     initial = dict(issue_s[0][1]) if issue_s else truth.config
     results = []

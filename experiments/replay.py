@@ -115,7 +115,7 @@ def drive(truth: JobModel, load, controller: Controller, cfg: ReplayConfig, init
     end = min(getattr(load, "end_s", math.inf), duration_s)
     sources = [op.name for op in truth.sources]
     rows = []
-    lag_before: dict[str, float] = {}
+    lag_before: dict[str, float] = {s: 0.0 for s in sources}  # the testbed starts with no backlog
     reconfigs = 0
     since = None
     busy_until = -math.inf  # simulated time the last restart ends

@@ -2,8 +2,8 @@
 reconfigurations and how long each policy needs to reach the cheapest SLO-meeting configuration,
 and how far above it it ends.
 
-Setup (``EXAMPLES``; the full run uses ``FULL_EXAMPLES`` = WordCount for time; ``--quick``: WordCount,
-steps x5 and /3, the ``under`` start only):
+Setup (``EXAMPLES``; the full run uses ``FULL_EXAMPLES`` = WordCount with Zipf keys and with
+uniform keys, for time; ``--quick``: both, steps x5 and /3, the ``under`` start only):
 
 * The new rate ``r1`` is ``rate_factor`` x the example's max rate at its default configuration;
   the old rate is ``r0 = r1 / step``. The load is ``r1`` from t = 0 (the step has just happened;
@@ -11,9 +11,10 @@ steps x5 and /3, the ``under`` start only):
 * Start configuration: the cheapest configuration (``scheduler.plan`` on the true model) for
   ``start_factor x r0``: ``under`` = 0.6 (the job was already short before the step), ``over`` =
   1.6. So x2 and x5 start under-provisioned for ``r1`` in both cases, /3 over-provisioned.
-* Policies: augury's ``ControlLoop`` with the true model, already trusted (planner path); DS2;
-  the Flink autoscaler's rules; Dhalion. Every policy's time constants are in policy seconds and
-  the run is compressed ``time_scale`` x (restart 30 s, Dhalion's 3 min wait, Flink's 15 min
+* Policies: augury's ``ControlLoop`` with the true model, already trusted (planner path); DS2
+  (and ``ds2-max``, a labelled variant sizing from the busiest instance); the Flink autoscaler's
+  rules; Dhalion (``experiments.baselines``; ``PEERS`` there lists each one's differences).
+  Every policy's time constants are in policy seconds and the run is compressed ``time_scale`` x (restart 30 s, Dhalion's 3 min wait, Flink's 15 min
   window / 5 min stabilization / 1 h scale-down delay, the loop's guard rails alike); times
   below are policy seconds since the step. Baselines are consulted only on settled windows
   (started after the last restart ended).
@@ -40,13 +41,40 @@ NAME = "convergence"
 DESCRIPTION = ("load steps x2, x5, /3 from under- and over-provisioned starts: reconfigurations and time to "
                "the cheapest SLO-meeting configuration, over-provisioning; augury vs DS2, Flink rules, Dhalion")
 
-EXAMPLES = ("wordcount", "pipeline", "diamond")
-FULL_EXAMPLES = ("wordcount",)
-"""The full run's examples. All three are supported; the default full run keeps WordCount only
-(24 runs) because 72 runs took far over 15 minutes on the shared 2-core machine."""
+EXAMPLES = ("wordcount", "pipeline", "diamond", "wordcount-uniform")
+FULL_EXAMPLES = ("wordcount", "wordcount-uniform")
+"""The full run's examples. All are supported; the default full run keeps WordCount only
+(Zipf-keyed words), plus the same job with uniform keys (``-uniform``: no key skew, where DS2's
+documented no-skew assumption holds), because 72 runs took far over 15 minutes on the shared
+2-core machine."""
+UNIFORM = "-uniform"
+"""Example-name suffix: every key-grouped edge's keys made uniform (``unskewed``)."""
+
+
+def unskewed(path) -> "JobModel":
+    """The model file at ``path`` with every key-grouped edge's keys uniform over many keys
+    (key groups evenly loaded): a workload without key skew, where DS2's assumption holds."""
+    import yaml
+
+    from modeler.modelfile import parse_model
+
+    raw = yaml.safe_load(open(path, encoding="utf-8"))
+    for edge in raw.get("edges", []):
+        if "keys" in edge:
+            edge["keys"] = {"distribution": "uniform"}
+    return parse_model(raw, source=f"{path} (uniform keys)")
+
+
+def load_example(repo, example: str):
+    """``examples/<example>.yaml``; the ``-uniform`` suffix: the same job without key skew."""
+    from modeler.modelfile import load_model
+
+    if example.endswith(UNIFORM):
+        return unskewed(repo / "examples" / f"{example[:-len(UNIFORM)]}.yaml")
+    return load_model(str(repo / "examples" / f"{example}.yaml"))
 STEPS = {"x2": 2.0, "x5": 5.0, "/3": 1.0 / 3.0}
 STARTS = {"under": 0.6, "over": 1.6}
-POLICIES = ("augury", "ds2", "flink-autoscaler", "dhalion")
+POLICIES = ("augury", "ds2", "ds2-max", "flink-autoscaler", "dhalion")
 
 
 @dataclass(frozen=True)
@@ -70,19 +98,20 @@ class Params:
 
 
 def _policies(truth, params: Params):
-    from experiments.baselines import DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy
+    from experiments.baselines import DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy, ds2_max
     from experiments.replay import LoopController, PolicyController
     from modeler.modelfile import to_graph
     from scheduler.loop import LoopConfig
 
     graph = to_graph(truth)
-    ts = params.time_scale
     loop_cfg = LoopConfig(utilization_target=params.utilization_target, latency_slo_ms=params.latency_slo_ms)
     return {
         "augury": lambda: LoopController(truth, loop_cfg, name="augury", trusted=True),
+        # peers take every duration in policy seconds (``drive`` hands them policy time)
         "ds2": lambda: PolicyController(DS2Policy(graph), settle=True),
-        "flink-autoscaler": lambda: PolicyController(FlinkAutoscalerPolicy(graph, time_scale=ts), settle=True),
-        "dhalion": lambda: PolicyController(DhalionPolicy(graph, time_scale=ts), settle=True),
+        "ds2-max": lambda: PolicyController(ds2_max(graph), settle=True),  # a variant, not DS2
+        "flink-autoscaler": lambda: PolicyController(FlinkAutoscalerPolicy(graph), settle=True),
+        "dhalion": lambda: PolicyController(DhalionPolicy(graph), settle=True),
     }
 
 
@@ -126,11 +155,10 @@ def assess(timeline: pd.DataFrame, cheapest: int, tolerance: float, tail_windows
 
 def run_case(example: str, step: str, start: str, policy: str, params: Params, seed: int, repo) -> dict:
     from experiments.replay import ReplayConfig, drive
-    from modeler.modelfile import load_model
     from modeler.queueing import predict
     from scheduler.plan import PlanConfig, plan
 
-    truth = load_model(str(repo / "examples" / f"{example}.yaml"))
+    truth = load_example(repo, example)
     pc = PlanConfig(utilization_target=params.utilization_target, latency_slo_ms=params.latency_slo_ms)
     r1 = params.rate_factor * predict(truth, None, 0.0).max_rate
     r0 = r1 / STEPS[step]
@@ -176,7 +204,7 @@ def summarize(table: pd.DataFrame, tolerance: float) -> pd.DataFrame:
 
 def run(ctx: ExperimentContext) -> ExperimentResult:
     params = Params()
-    examples = ("wordcount",) if ctx.quick else FULL_EXAMPLES
+    examples = FULL_EXAMPLES
     steps = ("x5", "/3") if ctx.quick else tuple(STEPS)
     seeds = [ctx.seed]
     rows, errors = [], []
@@ -215,7 +243,7 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                      f"{'met' if a.one_step_share >= 0.95 else 'missed'}); median over-provisioning "
                      f"{a.median_over_provisioning:+.0%}, worst {a.max_over_provisioning:+.0%} (goal <= 10 %: "
                      f"{'met' if a.max_over_provisioning <= 0.10 + 1e-9 else 'missed'}).")
-    for p in ("ds2", "flink-autoscaler", "dhalion"):
+    for p in ("ds2", "ds2-max", "flink-autoscaler", "dhalion"):
         if p in by.index:
             r = by.loc[p]
             lines.append(f"- {p}: reached in {r.reached_share:.0%} of runs, mean {r.mean_steps_when_reached:.2g} "

@@ -74,7 +74,7 @@ class _DhalionWatch:
         pass
 
     def step(self, bed, view, stats, config):
-        if any(s.backpressure_max > self.policy.backpressure_threshold for s in stats.values()):
+        if self.policy.backpressured(stats):  # its back-pressure detector fires
             self.detected.append(view.now_s)
         if not view.settled:
             return None

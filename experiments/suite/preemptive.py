@@ -18,7 +18,10 @@ Policies:
   floor, the configuration in force kept when it suffices); augury's ``ControlLoop`` (true model,
   trusted) runs alongside as the reactive floor: the configuration applied is the per-operator
   maximum of the schedule's and the loop's.
-* **flink-autoscaler**, **ds2**, **dhalion**: the baselines (``experiments.baselines``).
+* **flink-autoscaler**, **ds2**, **ds2-max** (a labelled variant: DS2 sized from the busiest
+  instance), **dhalion**: the baselines (``experiments.baselines``; ``PEERS`` there lists each
+  one's differences from the original). **ds2/uniform-keys**: DS2 on the same job with uniform
+  keys, where its no-skew assumption holds.
 * **static-peak**: the cheapest configuration for the replayed period's actual peak, never changed.
 * **oracle**: knows the trace; every ``oracle_interval_s`` the cheapest configuration for the
   peak until the next decision plus restart (the lower bound on instance-hours at that cadence).
@@ -48,7 +51,10 @@ TRACES = {
     "nyc_taxi": ("nab_nyc_taxi.csv", "2014-07-01", "2014-07-22"),
     "amzn_tweets": ("nab_Twitter_volume_AMZN.csv", "2015-03-11", "2015-04-01"),
 }
-POLICIES = ("augury", "flink-autoscaler", "ds2", "dhalion", "static-peak", "oracle")
+POLICIES = ("augury", "flink-autoscaler", "ds2", "ds2-max", "dhalion", "static-peak", "oracle", "ds2/uniform-keys")
+UNIFORM_KEYS = ("ds2/uniform-keys",)
+"""Policies replayed on the same job with uniform keys (no key skew: DS2's assumption holds;
+``experiments.suite.convergence.unskewed``), same trace and scale."""
 
 
 @dataclass(frozen=True)
@@ -116,8 +122,9 @@ def settings(params: Params):
 
 def run_trace(trace: str, params: Params, days: int, seed: int, repo, traces_dir, progress) -> list:
     from experiments.baselines import (DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy, OraclePolicy,
-                                       StaticPolicy)
+                                       StaticPolicy, ds2_max)
     from experiments.replay import PolicyController, PreemptiveController, ReplayConfig, drive
+    from experiments.suite.convergence import unskewed
     from experiments.testbed import load_trace
     from modeler.modelfile import load_model, to_graph
     from modeler.queueing import predict
@@ -143,14 +150,18 @@ def run_trace(trace: str, params: Params, days: int, seed: int, repo, traces_dir
     actual_peak = max(load.rates)
     first = plan(truth, rate_at(0.0), pc).config
     graph = to_graph(truth)
+    uniform = unskewed(repo / params.model_file)
     ts = params.speedup
     rcfg = ReplayConfig(window_s=params.window_s, time_scale=ts, restart_s=params.restart_s,
                         latency_slo_ms=params.latency_slo_ms, seed=seed)
     controllers = {
         "augury": lambda: PreemptiveController(truth, rates, day0, settings(params)),
-        "flink-autoscaler": lambda: PolicyController(FlinkAutoscalerPolicy(graph, time_scale=ts), settle=True),
+        # peers take every duration in policy seconds (``drive`` hands them policy time)
+        "flink-autoscaler": lambda: PolicyController(FlinkAutoscalerPolicy(graph), settle=True),
         "ds2": lambda: PolicyController(DS2Policy(graph), settle=True),
-        "dhalion": lambda: PolicyController(DhalionPolicy(graph, time_scale=ts), settle=True),
+        "ds2-max": lambda: PolicyController(ds2_max(graph), settle=True),  # a variant, not DS2
+        "dhalion": lambda: PolicyController(DhalionPolicy(graph), settle=True),
+        "ds2/uniform-keys": lambda: PolicyController(DS2Policy(graph, name="ds2/uniform-keys"), settle=True),
         "static-peak": lambda: PolicyController(StaticPolicy(name="static-peak")),
         "oracle": lambda: PolicyController(OraclePolicy(truth, rate_at, interval_s=params.oracle_interval_s,
                                                         restart_s=params.restart_s, sample_s=300.0,
@@ -167,7 +178,7 @@ def run_trace(trace: str, params: Params, days: int, seed: int, repo, traces_dir
             initial = dict(c.policy.config_for(c.policy.peak(0.0)))
         else:
             initial = dict(first)
-        r = drive(truth, load, c, rcfg, initial, duration)
+        r = drive(uniform if policy in UNIFORM_KEYS else truth, load, c, rcfg, initial, duration)
         out.append((trace, r, c))
     return out
 

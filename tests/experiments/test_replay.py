@@ -63,3 +63,17 @@ def test_a_restart_costs_the_same_whatever_the_compression(time_scale):
     assert t[t["settled"]]["violated_s"].sum() == 0.0
     assert result.violation_minutes == pytest.approx(t["violated_s"].sum() / 60.0)
     assert result.violation_minutes == pytest.approx(min(owed, 2.0 * time_scale) / 60.0)
+
+
+def test_the_first_window_counts_the_backlog_growth_from_zero():
+    """The testbed starts with no backlog: the first window's arrival rate is processed plus the
+    whole backlog it built (it used to count no growth: the processed rate only)."""
+    from experiments.baselines import StaticPolicy
+    from experiments.replay import PolicyController
+
+    rate = 6000.0  # CHAIN can do 2000/s: once the queues are full, the backlog grows ~4000/s
+    cfg = ReplayConfig(window_s=2.0, restart_s=30.0, latency_slo_ms=1e6, seed=3)
+    t = drive(CHAIN, rate, PolicyController(StaticPolicy()), cfg, CHAIN.config, duration_s=6.0).timeline
+    assert t["backlog"].iloc[0] > 1000.0
+    assert t["arrival_rate"].iloc[0] == pytest.approx(rate, rel=0.05)
+    assert t["arrival_rate"].iloc[1:].to_numpy() == pytest.approx(rate, rel=0.05)
