@@ -223,7 +223,23 @@ def render(records: Mapping[str, RunRecord | None], figures_rel: str = "results"
             files[rel] = Path(path).read_bytes()
             out.append(f"![{name}: {Path(fname).stem}]({rel})")
             out.append("")
+    out.extend(render_peers())
     return "\n".join(out).rstrip() + "\n", files
+
+
+def render_peers() -> list[str]:
+    """The "Peers" section: per re-implemented peer, what is reproduced, its assumptions and every
+    known difference from the original (``experiments.baselines.PEERS``)."""
+    from experiments.baselines import PEERS
+
+    out = ["## Peers", "",
+           "The baselines are re-implementations (`experiments/baselines.py`); every duration is in "
+           "policy (trace) seconds with its published value, whatever the replay's compression.", ""]
+    for p in PEERS:
+        out += [f"### {p['name']}", "", f"*{p['source']}*", "",
+                f"- **Reproduced:** {p['reproduced']}", f"- **Assumptions:** {p['assumptions']}",
+                f"- **Differences from the original:** {p['differences']}", ""]
+    return out
 
 
 def render_readme_block(records: Mapping[str, RunRecord | None], results_link: str = "docs/RESULTS.md") -> str:
