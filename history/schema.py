@@ -96,6 +96,27 @@ TIME_TOLERANCE = 0.01
 """busy + back-pressured + idle may exceed the window by this fraction (measurement jitter)
 before the rows are quarantined as ``time_exceeds_window``."""
 
+MAX_NAME_CHARS = 200
+"""Longest job, operator or target name (characters); longer names are quarantined (``bad_name``)."""
+
+MAX_JOB_PATH_CHARS = 240
+"""Longest job name once URL-quoted (non-ASCII characters take 6-12): the store keeps a job's rows
+under the directory ``job=<quoted name>`` and file systems limit a name to 255 bytes."""
+
+TS_MIN = "1678-01-01T00:00:00Z"
+TS_MAX = "2262-04-11T00:00:00Z"
+"""Timestamps outside [TS_MIN, TS_MAX) are quarantined as ``bad_timestamp``: the range every tool
+of the pipeline (pandas, Spark, Parquet at ns) represents; an epoch in milliseconds read as
+seconds lands far outside it."""
+
+
+def job_fits_path(job: str) -> bool:
+    """Whether ``job`` can name a store partition directory (see ``MAX_JOB_PATH_CHARS``)."""
+    from urllib.parse import quote
+
+    return len(quote(job, safe="")) <= MAX_JOB_PATH_CHARS
+
+
 KEY_COLUMNS: tuple[str, ...] = ("ts", "job", "operator", "instance", "metric", "target")
 RAW_COLUMNS: tuple[str, ...] = ("ts", "window_s", "job", "operator", "instance", "metric",
                                 "value", "target")
@@ -117,6 +138,7 @@ class Reason(str, Enum):
 
     MALFORMED_ROW = "malformed_row"
     MISSING_FIELD = "missing_field"
+    BAD_NAME = "bad_name"
     UNKNOWN_METRIC = "unknown_metric"
     BAD_TIMESTAMP = "bad_timestamp"
     BAD_WINDOW = "bad_window"

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from history.errors import StoreError
 from history.schema import (KEY_COLUMNS, QUARANTINE_COLUMNS, QUARANTINE_SCHEMA, RAW_COLUMNS,
-                            RAW_SCHEMA, TABLE_SCHEMAS, TABLES, Reason)
+                            RAW_SCHEMA, TABLE_SCHEMAS, TABLES, Reason, job_fits_path)
 from history.validate import quarantine_frame, time_violations
 
 MANIFEST = "_manifest.json"
@@ -91,6 +91,10 @@ class MetricStore:
 
     def __init__(self, path: str | Path, create: bool = False) -> None:
         self.path = Path(path)
+        """The store directory as given (messages name it so)."""
+        self._root = self.path.absolute()
+        """The same, absolute: every path handed out (``raw_files``, ``table_files``) is absolute,
+        so it stays valid whatever the reader's working directory and is never joined twice."""
         manifest = self.path / MANIFEST
         if not manifest.is_file():
             if not create:
@@ -99,11 +103,24 @@ class MetricStore:
                 raise StoreError("no such metric store; run `augury ingest` first", file=str(self.path))
             if self.path.exists() and not self.path.is_dir():
                 raise StoreError("not a directory", file=str(self.path))
+            self._refuse_foreign()
             self.path.mkdir(parents=True, exist_ok=True)
             with self._locked():
                 if not manifest.is_file():
+                    self._refuse_foreign()
                     self._write_manifest(self._empty_manifest(), self.path / MANIFEST)
         self._read_manifest()
+
+    def _refuse_foreign(self) -> None:
+        """A store is only created in a new or empty directory: a directory holding anything
+        but a store being created by another writer (``.lock``, ``_txn``) is not adopted."""
+        if not self.path.is_dir():
+            return
+        foreign = sorted(p.name for p in self.path.iterdir() if p.name not in (".lock", "_txn", MANIFEST))
+        if foreign:
+            raise StoreError(f"not a metric store (no {MANIFEST}) and not empty ({', '.join(foreign[:3])}"
+                             f"{', ...' if len(foreign) > 3 else ''}): refusing to create a store in it; "
+                             "give a new or empty directory", file=str(self.path))
 
     # ----------------------------------------------------------------- manifest
     @staticmethod
@@ -252,7 +269,8 @@ class MetricStore:
         if len(all_q):
             parsed = pd.to_datetime(all_q["ts"], utc=True, errors="coerce", format="ISO8601")
             q_dates = parsed.dt.strftime("%Y-%m-%d").fillna("unknown")
-            q_jobs = all_q["job"].fillna("").map(lambda j: j or "_unknown")
+            # A job too long for a directory name (quarantined as bad_name) is kept under _unknown.
+            q_jobs = all_q["job"].fillna("").map(lambda j: j if j and job_fits_path(j) else "_unknown")
             for (job, date), part in all_q.groupby([q_jobs, q_dates], sort=True):
                 key = _part_key(job, date)
                 old_file = manifest["quarantine"].get(key)
@@ -291,7 +309,7 @@ class MetricStore:
             self._recover(manifest)
             txn, stage = self._new_txn()
             try:
-                tx = TableTransaction(stage, [str(self.path / f) for f in
+                tx = TableTransaction(stage, [str(self._root / f) for f in
                                               sorted(manifest["raw"].values())])
                 yield tx
                 new_manifest = json.loads(json.dumps(manifest))
@@ -324,20 +342,23 @@ class MetricStore:
     def raw_files(self, job: str | None = None) -> list[str]:
         """Absolute paths of the committed raw Parquet files (for Spark), optionally of one job."""
         prefix = f"job={quote(job, safe='')}/" if job is not None else ""
-        return [str(self.path / f) for k, f in sorted(self._read_manifest()["raw"].items())
+        return [str(self._root / f) for k, f in sorted(self._read_manifest()["raw"].items())
                 if k.startswith(prefix)]
 
     def table_files(self, name: str) -> list[str]:
         if name not in TABLE_SCHEMAS:
             raise StoreError(f"unknown table (tables: {', '.join(TABLES)})", field="table", value=name)
-        return [str(self.path / f) for f in self._read_manifest()["tables"].get(name, [])]
+        """Absolute paths of the committed Parquet files of table ``name``."""
+        return [str(self._root / f) for f in self._read_manifest()["tables"].get(name, [])]
 
     def summary(self) -> dict | None:
         """What the last ``augury history summarize`` recorded (window_s, row counts, time)."""
         return self._read_manifest().get("summary")
 
     def _read_files(self, files: list[str], schema: pa.Schema, filters=None) -> pd.DataFrame:
-        paths = [f if os.path.isabs(f) else str(self.path / f) for f in files if f]
+        """Read ``files``: manifest entries (relative to the store) or paths ``raw_files``/
+        ``table_files`` returned (absolute)."""
+        paths = [f if os.path.isabs(f) else str(self._root / f) for f in files if f]
         if not paths:
             return _empty(schema)
         tables = [pq.read_table(p, filters=filters).select(schema.names).cast(schema) for p in paths]

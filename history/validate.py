@@ -2,7 +2,9 @@
 
 Checks, in order (a row gets the first reason that applies; see ``schema.Reason``):
 ``malformed_row`` (preset by the adapter), ``missing_field`` (empty job/operator/metric),
-``unknown_metric``, ``bad_timestamp`` (not ISO 8601, not epoch seconds), ``bad_window``
+``bad_name`` (a job, operator or target longer than ``MAX_NAME_CHARS``, or a job too long to name a
+store directory), ``unknown_metric``, ``bad_timestamp`` (not ISO 8601, not epoch seconds, or
+outside [``TS_MIN``, ``TS_MAX``)), ``bad_window``
 (window_s not a positive number), ``bad_instance`` (not an integer >= 0),
 ``non_numeric_value`` (text, empty, NaN, +-inf), ``negative_value`` (all metrics are
 non-negative), ``unexpected_target`` (a target on a metric other than records_out), then over
@@ -22,8 +24,12 @@ import numpy as np
 import pandas as pd
 
 from history.adapters._common import CANDIDATE_COLUMNS
-from history.schema import (DEFAULT_WINDOW_S, KEY_COLUMNS, METRIC_NAMES, QUARANTINE_COLUMNS,
-                            RAW_COLUMNS, TIME_METRICS, TIME_TOLERANCE, Reason)
+from history.schema import (DEFAULT_WINDOW_S, KEY_COLUMNS, MAX_NAME_CHARS, METRIC_NAMES,
+                            QUARANTINE_COLUMNS, RAW_COLUMNS, TIME_METRICS, TIME_TOLERANCE, TS_MAX,
+                            TS_MIN, Reason, job_fits_path)
+
+_TS_MIN = pd.Timestamp(TS_MIN)
+_TS_MAX = pd.Timestamp(TS_MAX)
 
 
 @dataclass(frozen=True)
@@ -64,19 +70,22 @@ def quarantine_frame(rows: pd.DataFrame, reason, detail) -> pd.DataFrame:
 
 
 def parse_timestamps(values: pd.Series) -> pd.Series:
-    """ISO 8601 text (naive = UTC), datetimes, or epoch seconds -> UTC timestamps (NaT if not)."""
+    """ISO 8601 text (naive = UTC), datetimes, or epoch seconds -> UTC timestamps; NaT when not
+    a time or outside [``TS_MIN``, ``TS_MAX``) (each value on its own: one bad value never fails
+    the others)."""
     out = pd.Series(pd.NaT, index=values.index, dtype="datetime64[ns, UTC]")
     if values.empty:
         return out
     is_dt = values.map(lambda v: isinstance(v, (pd.Timestamp, datetime)))
     if is_dt.any():
-        out[is_dt] = pd.to_datetime(values[is_dt], utc=True)
+        out[is_dt] = pd.to_datetime(values[is_dt].map(_in_range_or_none), utc=True, errors="coerce")
     rest = values[~is_dt & values.notna()]
     is_num = rest.map(lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool))
     text = rest[~is_num].astype(str).str.strip()
     as_num = pd.to_numeric(text, errors="coerce")
     numeric = pd.concat([rest[is_num].astype(float), as_num[as_num.notna()]])
-    numeric = numeric[np.isfinite(numeric.to_numpy(dtype=float))]
+    seconds = numeric.to_numpy(dtype=float)
+    numeric = numeric[np.isfinite(seconds) & (seconds >= _TS_MIN.timestamp()) & (seconds < _TS_MAX.timestamp())]
     if len(numeric):
         out[numeric.index] = pd.to_datetime(numeric.astype(float), unit="s", utc=True)
     text = text[as_num.isna()]
@@ -88,7 +97,18 @@ def parse_timestamps(values: pd.Series) -> pd.Series:
     if len(naive):
         parsed = pd.to_datetime(naive, errors="coerce", format="ISO8601")
         out[naive.index] = parsed.dt.tz_localize("UTC") if parsed.dt.tz is None else parsed
-    return out
+    return out.where((out >= _TS_MIN) & (out < _TS_MAX))
+
+
+def _in_range_or_none(value):
+    """A datetime inside [TS_MIN, TS_MAX), else None (pandas cannot hold it at ns)."""
+    try:
+        stamp = pd.Timestamp(value)
+    except (ValueError, OverflowError):
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.tz_localize("UTC")
+    return stamp if _TS_MIN <= stamp < _TS_MAX else None
 
 
 def _numbers(values: pd.Series) -> pd.Series:
@@ -124,13 +144,19 @@ def validate(cands: pd.DataFrame) -> Validated:
 
     for column in ("job", "operator", "metric"):
         flag(empty(column), Reason.MISSING_FIELD, f"{column} is empty")
+    for column in ("job", "operator", "target"):
+        length = df[column].map(lambda v: len(str(v).strip()) if v is not None else 0)
+        flag(length > MAX_NAME_CHARS, Reason.BAD_NAME,
+             f"{column} is longer than {MAX_NAME_CHARS} characters: " + length.astype(str) + " characters")
+    flag(~df["job"].map(lambda v: v is None or job_fits_path(str(v).strip())), Reason.BAD_NAME,
+         "job name too long to name a store directory once URL-quoted")
     metric = df["metric"].map(lambda v: str(v).strip() if v is not None else None)
     flag(~metric.isin(METRIC_NAMES), Reason.UNKNOWN_METRIC,
          "not in the metric vocabulary: " + metric.astype(str))
 
     ts = parse_timestamps(df["ts"])
     flag(ts.isna(), Reason.BAD_TIMESTAMP,
-         "not an ISO 8601 time or epoch seconds: " + df["ts"].map(_text).astype(str))
+         f"not an ISO 8601 time or epoch seconds in [{TS_MIN}, {TS_MAX}): " + df["ts"].map(_text).astype(str))
 
     window = _numbers(df["window_s"].map(lambda v: DEFAULT_WINDOW_S if v is None else v))
     flag(~(np.isfinite(window) & (window > 0)), Reason.BAD_WINDOW,
@@ -188,7 +214,8 @@ def validate(cands: pd.DataFrame) -> Validated:
 def _key_frame(typed: pd.DataFrame) -> pd.DataFrame:
     key = typed[list(KEY_COLUMNS)].copy()
     key["target"] = key["target"].fillna("\x00")
-    key["_vw"] = typed["value"].map(repr) + "@" + typed["window_s"].map(repr)
+    key["_vw"] = pd.Series([f"{v!r}@{w!r}" for v, w in zip(typed["value"], typed["window_s"])],
+                           index=typed.index, dtype=object)
     return key
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -28,6 +29,23 @@ class AdapterOptions:
     edges: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     """operator -> downstream operators; an operator with exactly one downstream gets its
     total output attributed to that edge (engines report output per operator, not per edge)."""
+
+    def __post_init__(self) -> None:
+        from history.errors import HistoryError
+        from history.schema import MAX_NAME_CHARS, job_fits_path
+
+        if self.job is not None:
+            job = str(self.job).strip()
+            if not job:
+                raise HistoryError("the job name is empty", field="--job", value=self.job)
+            if len(job) > MAX_NAME_CHARS or not job_fits_path(job):
+                raise HistoryError(f"the job name is too long (at most {MAX_NAME_CHARS} characters, fewer "
+                                   "when not ASCII: it names a store directory)", field="--job",
+                                   value=self.job[:40] + "...")
+        if self.window_s is not None and not (isinstance(self.window_s, (int, float)) and
+                                              math.isfinite(self.window_s) and self.window_s > 0):
+            raise HistoryError("the window must be a positive number of seconds", field="--window",
+                               value=self.window_s)
 
 
 @dataclass(frozen=True)

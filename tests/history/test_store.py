@@ -157,3 +157,32 @@ def test_tables_are_empty_with_their_columns_before_summarize(tmp_path):
     assert reader.summary() is None
     with pytest.raises(StoreError, match="unknown table"):
         reader.table("nope")
+
+
+def test_a_non_empty_directory_is_never_adopted_as_a_store(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    with pytest.raises(StoreError, match="not empty"):
+        ingest([csv(tmp_path / "a.csv", day_rows("2024-05-01"))], "normalized", home)
+    assert sorted(p.name for p in home.iterdir()) == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert ingest([csv(tmp_path / "a.csv", day_rows("2024-05-01"))], "normalized", empty).new == 4
+
+
+def test_a_relative_store_path_reads_its_tables_and_raw_files(tmp_path, monkeypatch):
+    """``MetricStore("calstore")`` used to look for ``calstore/calstore/...`` (issue 22)."""
+    import pyarrow.parquet as pq
+
+    from history.schema import OPERATOR_WINDOWS_SCHEMA
+
+    monkeypatch.chdir(tmp_path)
+    ingest([csv(tmp_path / "a.csv", day_rows("2024-05-01"))], "normalized", "calstore")
+    store = MetricStore("calstore")
+    with store.table_transaction() as tx:
+        tx.dir("operator_windows").mkdir(parents=True)
+        pq.write_table(OPERATOR_WINDOWS_SCHEMA.empty_table(), tx.dir("operator_windows") / "p.parquet")
+    assert all(Path(f).is_absolute() for f in store.raw_files() + store.table_files("operator_windows"))
+    assert len(store.raw()) == 4 and store.operator_windows().empty
+    assert store.path == Path("calstore")  # messages keep naming the store as given

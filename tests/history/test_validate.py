@@ -145,3 +145,60 @@ def test_nothing_is_silently_dropped(tmp_path):
                                   "negative_value": 1, "duplicate_conflict": 2}
     assert len(MetricStore(tmp_path / "store").quarantine()) == report.quarantined_total
     assert not math.isnan(MetricStore(tmp_path / "store").raw()["value"].sum())
+
+
+# ----------------------------------------------------------- issue 22: ingest never loses data
+
+
+def test_a_batch_whose_rows_are_all_bad_is_quarantined_not_raised(tmp_path):
+    checked = validate(candidates([{**GOOD, "value": "NaN"}, {**GOOD, "line": 3, "job": ""}]))
+    assert checked.accepted.empty and list(checked.accepted.columns)[:8] == list(
+        ("ts", "window_s", "job", "operator", "instance", "metric", "value", "target"))
+    assert checked.quarantined["reason"].tolist() == [Reason.NON_NUMERIC_VALUE.value, Reason.MISSING_FIELD.value]
+    report = ingest([write_csv(tmp_path / "bad.csv", ["2024-05-01T12:00:00Z,10,j,a,0,records_in,NaN,"])],
+                    "normalized", tmp_path / "store")
+    assert report.quarantined == {"non_numeric_value": 1} and report.accepted == 0
+    assert len(MetricStore(tmp_path / "store").quarantine()) == 1  # the quarantine is stored
+
+
+def test_a_header_only_file_ingests_nothing_and_succeeds(tmp_path):
+    report = ingest([write_csv(tmp_path / "h.csv", [])], "normalized", tmp_path / "store")
+    assert report.rows_read == 0 and report.quarantined_total == 0
+
+
+@pytest.mark.parametrize("ts", ["1e11", "100000000000", "-1e12", "9999-01-01T00:00:00Z", "1e400"])
+def test_an_out_of_range_timestamp_quarantines_that_row_only(tmp_path, ts):
+    report = ingest([write_csv(tmp_path / "t.csv", [f"{ts},10,j,a,0,records_in,1,",
+                                                    "2024-05-01T12:00:00Z,10,j,a,0,records_in,1,"])],
+                    "normalized", tmp_path / "store")
+    assert report.accepted == 1 and report.quarantined == {"bad_timestamp": 1}
+    assert "epoch seconds in [" in MetricStore(tmp_path / "store").quarantine()["detail"].iloc[0]
+
+
+def test_out_of_range_datetimes_become_nat():
+    from datetime import datetime
+
+    parsed = parse_timestamps(pd.Series([datetime(3000, 1, 1), datetime(2024, 5, 1, 12)], dtype=object))
+    assert parsed.isna().tolist() == [True, False]
+
+
+@pytest.mark.parametrize("column, value", [("job", "j" * 300), ("job", "é" * 60), ("operator", "o" * 201),
+                                           ("target", "t" * 201)])
+def test_an_over_long_name_is_quarantined_and_stored(tmp_path, column, value):
+    row = {"ts": "2024-05-01T12:00:00Z", "window_s": "10", "job": "j", "operator": "a", "instance": "0",
+           "metric": "records_out", "value": "1", "target": "b", column: value}
+    lines = [",".join(str(row[c]) for c in ("ts", "window_s", "job", "operator", "instance", "metric", "value",
+                                            "target")), "2024-05-01T12:00:00Z,10,j,a,1,records_in,1,"]
+    report = ingest([write_csv(tmp_path / "n.csv", lines)], "normalized", tmp_path / "store")
+    assert report.accepted == 1 and report.quarantined == {"bad_name": 1}
+    assert len(MetricStore(tmp_path / "store").quarantine()) == 1
+
+
+@pytest.mark.parametrize("job", ["", "   ", "j" * 201, "é" * 60])
+def test_a_bad_job_flag_is_refused_before_reading(job):
+    from history.adapters import AdapterOptions
+    from history.errors import HistoryError
+
+    with pytest.raises(HistoryError) as info:
+        AdapterOptions(job=job)
+    assert info.value.field == "--job"
