@@ -6,7 +6,8 @@ pyarrow as UTC timestamps), and the JVM logs only errors. Starting Spark needs J
 cannot start, ``SparkUnavailable`` (exit code 3) says why, naming ``--spark-master`` and its
 value. A master Spark would reject outright (not yarn / spark* / k8s* / local*) is refused before
 the JVM starts; other failures (no Java, an unreachable master) come from the JVM, whose own
-output on stderr precedes augury's one-line error.
+output on stderr precedes augury's one-line error. In local mode the driver listens on loopback
+only (``LOOPBACK_CONF``).
 
 Partitioning (the pipeline's big step is a hash aggregation of the raw rows with ~1 group per 4
 rows, whose per-task hash map must fit in the task's share of execution memory, else it sorts
@@ -45,6 +46,9 @@ INPUT_SPLIT_BYTES = "4m"
 SHUFFLE_PARTITION_BYTES = "8m"
 """``spark.sql.adaptive.advisoryPartitionSizeInBytes``: adaptive execution's target size of a
 shuffle partition after coalescing."""
+
+LOOPBACK_CONF: Mapping[str, str] = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+"""Set in local mode: the driver (RPC endpoint, block manager) listens on loopback only."""
 
 _MASTER_PREFIXES = ("local", "spark", "k8s", "yarn")
 """What ``spark-submit`` accepts as a master (anything else: "Master must either be yarn or
@@ -97,6 +101,12 @@ def spark_session(master: str = "local[2]", app_name: str = "augury", *,
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
     )
+    if master.startswith("local"):
+        # Local mode needs no network: the driver's RPC endpoint and block manager listen on
+        # loopback only (Spark binds every interface by default). On a cluster, set
+        # spark.driver.bindAddress/host for your network and spark.authenticate (docs/history.md).
+        for key, value in LOOPBACK_CONF.items():
+            builder = builder.config(key, value)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     try:

@@ -1,0 +1,72 @@
+"""history.spark: in local mode the driver listens on loopback only (issue 22)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+
+from history.spark import LOOPBACK_CONF
+
+pytestmark = pytest.mark.spark
+PROC = Path("/proc")
+
+
+def _children(pid: int) -> set[int]:
+    """``pid``'s descendants (from /proc/<n>/stat)."""
+    parents: dict[int, int] = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    try:
+        for fd in (PROC / str(pid) / "fd").iterdir():
+            with_target = os.readlink(fd) if fd.is_symlink() else ""
+            if with_target.startswith("socket:["):
+                inodes.add(with_target[len("socket:["):-1])
+    except OSError:
+        pass
+    return inodes
+
+
+def _listening(inodes: set[str]) -> list[tuple[str, int]]:
+    """(address, port) of the LISTEN sockets among ``inodes`` (from /proc/net/tcp{,6})."""
+    found = []
+    for name, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in (PROC / "net" / name).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            address, port = fields[1].split(":")
+            raw = bytes.fromhex(address)  # each 32-bit word printed in host (little-endian) order
+            raw = b"".join(struct.pack("<I", struct.unpack(">I", raw[i:i + 4])[0]) for i in range(0, len(raw), 4))
+            found.append((socket.inet_ntop(family, raw), int(port, 16)))
+    return found
+
+
+@pytest.mark.skipif(not (PROC / "net" / "tcp").is_file(), reason="needs Linux /proc")
+def test_local_spark_listens_on_loopback_only(spark):
+    conf = spark.sparkContext.getConf()
+    for key, value in LOOPBACK_CONF.items():
+        assert conf.get(key) == value
+    spark.range(10).count()  # the block manager is up
+    inodes = set().union(*(_socket_inodes(p) for p in _children(os.getpid())))
+    sockets = _listening(inodes)
+    driver_port = int(conf.get("spark.driver.port"))
+    assert driver_port in {port for _, port in sockets}, sockets
+    assert all(address in ("127.0.0.1", "::1", "::ffff:127.0.0.1") for address, _ in sockets), sockets
