@@ -17,7 +17,10 @@ window_s (``resolve_window`` checks).
     their incoming ``edge_windows`` when there are any, else ``processed_rate``
     (``arrival_basis`` says which: ``external`` / ``edges`` / ``processed``);
   - ``busy_fraction_mean`` / ``_max``: over instances of busy_ms / (1000 x busy_covered_s);
-  - ``service_time_ms`` = sum busy_ms / processed tuples (DS2's useful time per tuple);
+  - ``service_time_ms`` = sum busy_ms / processed tuples (DS2's useful time per tuple), both
+    summed over the instances that report both in the window: an instance whose busy_ms (or
+    processed count) is missing, e.g. quarantined, is left out of both sums instead of biasing
+    the ratio (null when no instance reports both);
   - ``backpressure_fraction``: mean over instances of backpressured_ms / (1000 x bp_covered_s);
   - ``queue_len_mean``: mean over instances; ``max_instance_share`` = hottest instance's
     processed tuples / the operator's; ``latency_ms_*``: mean over instances (sinks report them).
@@ -195,6 +198,19 @@ def _safe_div(num, den):
     return F.when(den > 0, num / den)
 
 
+def _paired_sums():
+    """Sums over the instances that report busy_ms together with records_in (``_busy_in``,
+    ``_in_paired``) or with records_out (``_busy_out``, ``_out_paired``: sources that count
+    their output): the service time's numerator and denominator over the same instances."""
+    busy = F.col("busy_ms")
+    both_in = busy.isNotNull() & F.col("records_in").isNotNull()
+    both_out = busy.isNotNull() & F.col("records_out").isNotNull()
+    return (F.sum(F.when(both_in, busy)).alias("_busy_in"),
+            F.sum(F.when(both_in, F.col("records_in"))).alias("_in_paired"),
+            F.sum(F.when(both_out, busy)).alias("_busy_out"),
+            F.sum(F.when(both_out, F.col("records_out"))).alias("_out_paired"))
+
+
 def _operator_stats(iw: DataFrame, flags: DataFrame, window_s: float) -> DataFrame:
     """Per operator-window aggregates (``iw``: ``_instance_aggregates``, keyed on ``_op``; the
     names and the source flag joined back from the small ``flags`` after aggregating) and the
@@ -205,7 +221,8 @@ def _operator_stats(iw: DataFrame, flags: DataFrame, window_s: float) -> DataFra
         F.max("parallelism").alias("parallelism_gauge"),
         F.sum("records_in").alias("records_in"), F.max("records_in").alias("max_in"),
         F.sum("records_out").alias("records_out"), F.max("records_out").alias("max_out"),
-        F.sum("busy_ms").alias("busy_ms"),
+        # service time: only instances reporting both busy_ms and the processed count
+        *_paired_sums(),
         F.avg(fraction("busy_ms", "busy_covered_s")).alias("busy_fraction_mean"),
         F.max(fraction("busy_ms", "busy_covered_s")).alias("busy_fraction_max"),
         F.avg(fraction("backpressured_ms", "bp_covered_s")).alias("backpressure_fraction"),
@@ -220,7 +237,9 @@ def _operator_stats(iw: DataFrame, flags: DataFrame, window_s: float) -> DataFra
                     F.when(from_out, _safe_div(F.col("max_out"), F.col("records_out")))
                     .otherwise(_safe_div(F.col("max_in"), F.col("records_in"))))
         .withColumn("processed_rate", F.col("processed") / F.col("window_s"))
-        .withColumn("service_time_ms", _safe_div(F.col("busy_ms"), F.col("processed")))
+        .withColumn("service_time_ms", _safe_div(
+            F.when(from_out, F.col("_busy_out")).otherwise(F.col("_busy_in")),
+            F.when(from_out, F.col("_out_paired")).otherwise(F.col("_in_paired"))))
         .withColumn("parallelism", F.coalesce(F.col("parallelism_gauge").cast("long"),
                                               F.col("instances").cast("long")))
     )

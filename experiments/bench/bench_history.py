@@ -154,13 +154,22 @@ def pyarrow_operator_windows(files: list[str], window_s: float) -> pa.Table:
         .group_by(["w", "job", "operator", "target"]).aggregate([("value", "sum")])
     del raw, start, micros, metric, value, target, is_out, to_target
     records_out = pc.coalesce(iw["out_plain_sum"], iw["out_edges_sum"])
+    # service time over the instances reporting busy_ms and the processed count (as the pipeline)
+    busy, rin_i = iw["busy_ms_sum"], iw["records_in_sum"]
+    both_in = pc.and_(pc.is_valid(busy), pc.is_valid(rin_i))
+    both_out = pc.and_(pc.is_valid(busy), pc.is_valid(records_out))
     iw = iw.append_column("records_out", records_out) \
         .append_column("busy_frac", _safe_div(iw["busy_ms_sum"], pc.multiply(iw["busy_s_sum"], 1000.0))) \
-        .append_column("bp_frac", _safe_div(iw["backpressured_ms_sum"], pc.multiply(iw["bp_s_sum"], 1000.0)))
+        .append_column("bp_frac", _safe_div(iw["backpressured_ms_sum"], pc.multiply(iw["bp_s_sum"], 1000.0))) \
+        .append_column("busy_in", pc.if_else(both_in, busy, None)) \
+        .append_column("in_paired", pc.if_else(both_in, rin_i, None)) \
+        .append_column("busy_out", pc.if_else(both_out, busy, None)) \
+        .append_column("out_paired", pc.if_else(both_out, records_out, None))
     ops = iw.group_by(["w", "job", "operator"]).aggregate([
         ("instance", "count"), ("parallelism_max", "max"), ("records_in_sum", "sum"),
         ("records_in_sum", "max"), ("records_out", "sum"), ("records_out", "max"),
-        ("busy_ms_sum", "sum"), ("busy_frac", "mean"), ("busy_frac", "max"), ("bp_frac", "mean"),
+        ("busy_in", "sum"), ("in_paired", "sum"), ("busy_out", "sum"), ("out_paired", "sum"),
+        ("busy_frac", "mean"), ("busy_frac", "max"), ("bp_frac", "mean"),
         ("queue_len_mean", "mean"), ("value_last", "sum"),
         *[(f"{name}_mean", "mean") for name in LATENCIES],
     ]).sort_by([("job", "ascending"), ("operator", "ascending"), ("w", "ascending")])
@@ -210,7 +219,8 @@ def pyarrow_operator_windows(files: list[str], window_s: float) -> pa.Table:
                                    ops["instance_count"]),
         "arrival_rate": arrival_rate, "processed_rate": processed_rate,
         "busy_fraction_mean": ops["busy_frac_mean"], "busy_fraction_max": ops["busy_frac_max"],
-        "service_time_ms": _safe_div(ops["busy_ms_sum_sum"], processed),
+        "service_time_ms": _safe_div(pc.if_else(from_out, ops["busy_out_sum"], ops["busy_in_sum"]),
+                                     pc.if_else(from_out, ops["out_paired_sum"], ops["in_paired_sum"])),
         "backpressure_fraction": ops["bp_frac_mean"], "queue_len_mean": ops["queue_len_mean_mean"],
         "max_instance_share": share,
         **{name: ops[f"{name}_mean_mean"] for name in LATENCIES},

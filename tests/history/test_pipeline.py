@@ -162,3 +162,15 @@ def test_resolve_window():
         resolve_window([10.0, 15.0], None)
     with pytest.raises(HistoryError):
         resolve_window([10.0], 5.0)
+
+
+def test_service_time_uses_only_instances_reporting_busy_and_processed(spark):
+    """Issue 22: one instance's busy_ms quarantined must not turn 5.0 ms into 3.75 ms."""
+    rows = [(T0, "a", i, "records_in", 1000) for i in range(4)]
+    rows += [(T0, "a", i, "busy_ms", 5000) for i in range(3)]          # instance 3: no busy_ms
+    rows += [(T0, "b", i, "busy_ms", 2000) for i in range(2)]
+    rows += [(T0, "b", 0, "records_in", 1000)]                          # instance 1: no records_in
+    rows += [(T0, "c", 0, "records_in", 1000)]                          # no busy_ms at all
+    ow = summarize(raw_frame(spark, rows), 10.0).operator_windows
+    expect(spark, ow, ["operator", "processed_rate", "service_time_ms"],
+           [("a", 400.0, 5.0), ("b", 100.0, 2.0), ("c", 100.0, None)])
