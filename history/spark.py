@@ -24,8 +24,9 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from history.errors import SparkUnavailable
 
@@ -53,6 +54,31 @@ LOOPBACK_CONF: Mapping[str, str] = {"spark.driver.bindAddress": "127.0.0.1", "sp
 _MASTER_PREFIXES = ("local", "spark", "k8s", "yarn")
 """What ``spark-submit`` accepts as a master (anything else: "Master must either be yarn or
 start with spark, k8s, or local")."""
+
+
+JVM_LOG_ENV = "AUGURY_JVM_LOG"
+"""When this environment variable names a file, a JVM started by ``spark_session`` writes its own
+stderr there (the start-up lines, later warnings) instead of the terminal: the command line sets
+it unless ``--verbose`` (``augury/commands/_logs.py``)."""
+
+
+@contextmanager
+def _stderr_to(path: str | None) -> Iterator[None]:
+    """File descriptor 2 appended to ``path`` inside the block (for child processes started in it:
+    the JVM inherits it); nothing changes when ``path`` is empty."""
+    if not path:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _log4j_file() -> str:
@@ -109,11 +135,13 @@ def spark_session(master: str = "local[2]", app_name: str = "augury", *,
             builder = builder.config(key, value)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
+    log = os.environ.get(JVM_LOG_ENV)
     try:
-        session = builder.getOrCreate()
+        with _stderr_to(log):  # the JVM started here keeps this stderr for its whole life
+            session = builder.getOrCreate()
     except Exception as err:  # Java missing, bad master URL, port trouble...
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise SparkUnavailable(f"cannot start Spark ({first})", field="--spark-master",
-                               value=master) from None
+        raise SparkUnavailable(f"cannot start Spark ({first}{f'; its output: {log}' if log else ''})",
+                               field="--spark-master", value=master) from None
     session.sparkContext.setLogLevel("ERROR")
     return session

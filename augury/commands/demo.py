@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from augury.commands._common import print_json
+from augury.commands._logs import add_verbose_flag, library_output_to_log
 from augury.errors import UsageError
 
 
@@ -25,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", help="output directory (default: a new temporary directory)")
     parser.add_argument("--spark-master", default="local[2]", help="Spark master URL")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_verbose_flag(parser)
     parser.set_defaults(func=run)
 
 
@@ -39,8 +41,9 @@ def run(args: argparse.Namespace) -> int:
                      out_dir=args.out, spark_master=args.spark_master,
                      **({"speedup": 960.0, "record_seconds": 20.0, "window_s": 1.0} if args.quick else
                         {"speedup": 120.0, "record_seconds": 60.0, "window_s": 5.0}))
-    say = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    report = run_demo(cfg, progress=say)
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if args.json else (lambda msg: print(msg, flush=True))
+    with library_output_to_log(args, "demo", say) as log:
+        report = run_demo(cfg, progress=say)
     payload = {
         "calibration": {"errors": report.calibration_errors, "trust": report.calibration_trust},
         "forecast_method": report.forecast_method,
@@ -49,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
                                 "instance_hours": r.instance_hours,
                                 "reconfigurations": r.reconfigurations} for r in report.results},
         "plots": list(report.plots), "out_dir": report.out_dir, "mlflow_run_id": report.mlflow_run_id,
+        "log_file": str(log) if log else None,
     }
     if args.json:
         print_json(payload)
@@ -59,5 +63,35 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{'policy':<18}{'SLO-violation min':>18}{'instance-hours':>16}{'reconfigs':>11}")
     for r in report.results:
         print(f"{r.policy:<18}{r.violation_minutes:>18.0f}{r.instance_hours:>16.1f}{r.reconfigurations:>11}")
-    print(f"\nplots: {', '.join(report.plots)}\noutputs: {report.out_dir}\nmlflow run: {report.mlflow_run_id}")
+    print("\n" + summary(report, cfg))
+    print(f"\nplots: {', '.join(report.plots)}  (all outputs: {report.out_dir})")
+    print(mlflow_ui_hint(report.mlflow_run_id))
     return 0
+
+
+def summary(report, cfg) -> str:
+    """A few plain sentences on what the demo found (the table above has the numbers)."""
+    by = {r.policy: r for r in report.results}
+    worst = max((abs(v) for v in report.calibration_errors.values()), default=float("nan"))
+    lines = [f"In short: augury calibrated the job's model from a few minutes of testbed history (worst parameter "
+             f"off by {worst:.1%}), forecast {cfg.replay_day} from the weeks of real traffic before it and planned "
+             f"{len(report.schedule)} configurations ahead of the load."]
+    a, f, s = by.get("augury"), by.get("flink-autoscaler"), by.get("static-peak")
+    if a and f:
+        lines.append(f"Replaying that day, augury spent {a.violation_minutes:.0f} minutes outside the SLO with "
+                     f"{a.reconfigurations} reconfigurations; the Flink autoscaler's rules "
+                     f"{f.violation_minutes:.0f} minutes with {f.reconfigurations}.")
+    if a and s and s.instance_hours > 0:
+        change = a.instance_hours / s.instance_hours - 1
+        lines.append(f"augury used {a.instance_hours:.0f} instance-hours, {abs(change):.0%} "
+                     f"{'fewer' if change < 0 else 'more'} than provisioning for the peak all day "
+                     f"({s.instance_hours:.0f}).")
+    return "\n".join(lines)
+
+
+def mlflow_ui_hint(run_id: str | None) -> str:
+    """One line: how to look at the run (plots, tables, parameters) in the mlflow UI."""
+    from experiments.tracking import tracking_uri
+
+    return (f"mlflow UI: run `mlflow ui --backend-store-uri {tracking_uri()}` and open http://127.0.0.1:5000 "
+            f"(experiment augury-demo, run {run_id})")

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from augury.commands._common import print_json
+from augury.commands._logs import add_verbose_flag, library_output_to_log
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run_p.add_argument("--out", help="keep the run's files in this directory (default: temporary)")
     run_p.add_argument("--spark-master", default="local[2]", help="Spark master URL")
     run_p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_verbose_flag(run_p)
     run_p.set_defaults(func=_run)
     list_p = sub.add_parser("list", help="list the experiments")
     list_p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -37,9 +39,10 @@ def _run(args: argparse.Namespace) -> int:
     from experiments.harness import run_experiment
 
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    done = run_experiment(args.name, quick=args.quick, seed=args.seed,
-                          workdir=Path(args.out) if args.out else None,
-                          spark_master=args.spark_master, progress=say)
+    with library_output_to_log(args, f"experiment-{args.name}", say):
+        done = run_experiment(args.name, quick=args.quick, seed=args.seed,
+                              workdir=Path(args.out) if args.out else None,
+                              spark_master=args.spark_master, progress=say)
     r = done.result
     if args.json:
         print_json({"experiment": done.name, "quick": bool(args.quick), "seed": args.seed,

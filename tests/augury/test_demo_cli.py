@@ -24,6 +24,8 @@ def test_quick_demo_end_to_end(tmp_path, capsys, traces_dir):
     # The pre-emptive schedule (scheduler.schedule) keeps its daily budget of 6 changes.
     assert out["policies"]["augury"]["reconfigurations"] <= 6
     assert all(Path(p).is_file() for p in out["plots"]) and out["mlflow_run_id"]
+    # Spark's and mlflow's own output went to a log file in --out (--verbose keeps it on the terminal)
+    assert out["log_file"] == str(tmp_path / "demo" / "augury-demo.log") and Path(out["log_file"]).is_file()
 
 
 def test_missing_trace_is_bad_input(capsys, tmp_path):
