@@ -10,10 +10,12 @@
    the forecast needs it, scaled down only after the forecast stayed low for the stabilization
    period, at most ``max_reconfigurations_per_day`` changes, never below the load measured now.
 5. **Replay** the next day, time-compressed, on the testbed closed-loop for augury pre-emptive
-   (``experiments.replay.PreemptiveController``, the same controller as the ``preemptive``
-   experiment: the day-ahead schedule of step 4, re-planned every 2 h from the forecaster updated
-   with the load seen so far and at once when the measured load runs past the capacity in force,
-   with augury's control loop on the calibrated model as the reactive floor), the Flink-autoscaler
+   (the product's control loop, ``scheduler.loop.ControlLoop`` with the pre-emptive decider,
+   ``scheduler.deciders.PreemptiveDecider``, on the model calibrated in step 2: the same code as
+   ``augury run`` and the ``preemptive`` experiment; the schedule of step 4 re-planned every 2 h
+   from the forecaster updated with the load measured so far, at once when the measured load runs
+   past the capacity in force, with the model decider as the floor; the reactive policy while the
+   model is on probation), the Flink-autoscaler
    rules (reactive, DS2-based, with their defaults scaled by the compression) and static peak
    provisioning; report SLO-violation minutes, instance-hours and reconfigurations.
 
@@ -56,7 +58,6 @@ class DemoConfig:
     """Replay metrics window, simulated seconds."""
     restart_s: float = 30.0
     """Engine restart time per reconfiguration, trace seconds."""
-    utilization_target: float = 0.7
     quantile: float = 0.9
     lead_time_s: float = 600.0
     """Reconfigurations are issued this long (trace s) before the forecast load needs them."""
@@ -109,7 +110,10 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     from experiments import tracking
     from experiments.baselines import FlinkAutoscalerPolicy, StaticPolicy
     from experiments.recording import calibrate_store, ingest_and_summarize, load_plan, record, truth_errors
-    from experiments.replay import PolicyController, PreemptiveController, PreemptiveSettings
+    from experiments.replay import LoopController, PolicyController, preemptive_decider
+    from scheduler.deciders import PreemptiveConfig
+    from scheduler.loop import LoopConfig
+    from scheduler.targets import Targets
     from experiments.testbed import load_trace
     from history.series import load_series
     from history.spark import spark_session
@@ -153,7 +157,8 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     steps = int(round(86400 / step_s))
     fc = result.forecast(steps, quantiles=(cfg.quantile,))
     forecast = pd.Series(np.asarray(fc.quantiles[cfg.quantile], float), index=pd.DatetimeIndex(fc.timestamps))
-    plan_cfg = PlanConfig(utilization_target=cfg.utilization_target, latency_slo_ms=cfg.latency_slo_ms)
+    targets = Targets(latency_slo_ms=cfg.latency_slo_ms)
+    plan_cfg = PlanConfig(targets)
     timeline = make_schedule(model, forecast, float(history.iloc[-1]), ScheduleConfig(
         lead_time_s=cfg.lead_time_s, stabilization_s=cfg.stabilization_s,
         max_reconfigurations_per_day=cfg.max_reconfigurations_per_day, plan=plan_cfg))
@@ -166,12 +171,12 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     peak_config = dict(plan(model, float(forecast.max()), plan_cfg).config)
     issue_s = [((r.issue_at - day0).total_seconds(), dict(r.config)) for r in timeline.reconfigurations]
 
-    augury = PreemptiveController(model, rates, day0, PreemptiveSettings(
-        utilization_target=cfg.utilization_target, latency_slo_ms=cfg.latency_slo_ms,
-        quantile=cfg.quantile, forecast_step_s=step_s, horizon_s=86400.0 + 6 * 3600.0,
-        lead_time_s=cfg.lead_time_s, stabilization_s=cfg.stabilization_s,
-        max_reconfigurations_per_day=cfg.max_reconfigurations_per_day,
-        history_days=max(1, (day0 - pd.Timestamp(cfg.history_start)).days)))
+    augury = LoopController(model, LoopConfig(targets=targets), name="augury", decider=preemptive_decider(
+        PreemptiveConfig(quantile=cfg.quantile, forecast_step_s=step_s, horizon_s=86400.0 + 6 * 3600.0,
+                         lead_time_s=cfg.lead_time_s, stabilization_s=cfg.stabilization_s,
+                         max_reconfigurations_per_day=cfg.max_reconfigurations_per_day,
+                         history_days=max(1, (day0 - pd.Timestamp(cfg.history_start)).days)),
+        history, day0))
 
     flink = PolicyController(FlinkAutoscalerPolicy(to_graph(truth)))
     static = PolicyController(StaticPolicy(name="static-peak"))

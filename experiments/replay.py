@@ -27,10 +27,10 @@ depend on the compression: a restart of 0.25 simulated seconds violates a 10-min
 (speedup 120) but is invisible at speedup 960.
 
 Controllers (``Controller`` protocol): ``PolicyController`` wraps a baseline policy's
-``decide(now_s, stats, config)``; ``LoopController`` runs augury's ``scheduler.loop.ControlLoop``
-against the testbed (its time constants scaled by ``scaled_loop_config``); ``PreemptiveController``
-is augury pre-emptive: rolling forecasts and schedules with the loop as the reactive floor (the
-``preemptive`` experiment and ``augury demo`` both replay it).
+``decide(now_s, stats, config)``; ``LoopController`` runs augury's product control loop
+(``scheduler.loop.ControlLoop``, with any of its deciders: model, reactive, pre-emptive) against
+the testbed through its ``MetricsSource`` and an ``Actuator``, exactly as ``augury run`` does.
+No augury policy is defined here.
 """
 
 from __future__ import annotations
@@ -220,20 +220,20 @@ class PolicyController:
         return self.policy.decide(view.now_s, stats, dict(config))
 
 
-class _ProxyActuator:
-    """The loop's actuator inside a replay: records what the loop wants (the driver applies it,
-    so every controller pays the same restart) and restarts single instances on the testbed."""
+class ReplayActuator:
+    """The product loop's ``Actuator`` inside a replay: it records the configuration the loop
+    wants (the driver applies it, so every controller pays the same restart) and restarts single
+    instances on the testbed (``Testbed.restart_instance``)."""
 
-    def __init__(self, controller: "LoopController") -> None:
-        self.c = controller
+    def __init__(self, bed) -> None:
+        self.bed = bed
         self.wanted: dict | None = None
-        self.restarts: list[tuple[str, int, float]] = []
 
     def current(self):
-        return self.c.bed.current()
+        return self.bed.current()
 
     def apply(self, config, reason=""):
-        bed = self.c.bed
+        bed = self.bed
         new = bed.model.resolve_config({**bed.current(), **dict(config)})
         if new == bed.current():
             return Actuation(applied=False, config=new, restart_s=0.0, detail="no change")
@@ -241,47 +241,29 @@ class _ProxyActuator:
         return Actuation(applied=True, config=new, restart_s=float(bed.cfg.restart_s), detail=reason)
 
     def restart_instance(self, operator, instance, reason=""):
-        """Reschedule one instance onto a healthy host: its slow-instance fault ends. The testbed
-        has no public instance restart, so this reaches into it (as tests/scheduler do)."""
-        bed = self.c.bed
-        bed._active_slow = [f for f in bed._active_slow if not (f.operator == operator and f.instance == instance)]
-        bed._set_slow()
-        bed._log("restart_instance", operator, {"instance": int(instance), "reason": reason})
-        self.restarts.append((operator, int(instance), bed.now_s))
-        return Actuation(applied=True, config=bed.current(), restart_s=0.0, detail=f"restarted {operator}[{instance}]")
-
-
-def scaled_loop_config(config, time_scale: float):
-    """``LoopConfig`` with every time constant divided by ``time_scale`` (policy s -> simulated s)."""
-    if time_scale == 1.0:
-        return config
-    g = config.guard
-    guard = replace(g, stabilization_s=g.stabilization_s / time_scale, settle_s=g.settle_s / time_scale,
-                    scale_down_delay_s=g.scale_down_delay_s / time_scale)
-    reactive = config.reactive
-    if hasattr(reactive, "catch_up_s"):
-        reactive = replace(reactive, catch_up_s=reactive.catch_up_s / time_scale)
-    return replace(config, interval_s=config.interval_s / time_scale, catch_up_s=config.catch_up_s / time_scale,
-                   evaluate_after_s=config.evaluate_after_s / time_scale, guard=guard, reactive=reactive)
+        return self.bed.restart_instance(operator, int(instance), reason)
 
 
 class LoopController:
-    """augury's control loop (``scheduler.loop.ControlLoop``) on the testbed.
+    """augury on the testbed: the product's ``scheduler.loop.ControlLoop``, exactly as
+    ``augury run`` builds it (``build`` makes it from the loop config and the replay's clock),
+    stepped after every window through the testbed's ``MetricsSource`` and a ``ReplayActuator``.
 
-    ``loop_config`` is in policy seconds; it is scaled to simulated seconds. The loop is stepped
-    after every window (its ``interval_s`` is the window). ``steps`` keeps every ``Step`` (with
-    ``keep_steps``). ``trusted``: the model starts trusted (verified before the run).
+    ``loop_config`` is in policy seconds; the loop runs in simulated seconds
+    (``LoopConfig.scaled(1 / time_scale)``, its interval = the window). ``decider``: a callable
+    ``(bed, cfg) -> Decider`` for the primary decider (default: the model decider). ``steps``
+    keeps every ``(policy time, Step)`` with ``keep_steps``.
     """
 
     def __init__(self, model: JobModel, loop_config=None, name: str = "augury", keep_steps: bool = False,
-                 trusted: bool = False) -> None:
+                 decider: Callable | None = None) -> None:
         from scheduler.loop import LoopConfig
 
         self.model = model
-        self.trusted = trusted
         self.loop_config = loop_config or LoopConfig()
         self.name = name
         self.keep_steps = keep_steps
+        self.decider_factory = decider
         self.steps: list = []
         self.loop = None
         self.bed = None
@@ -290,180 +272,34 @@ class LoopController:
         from scheduler.loop import ControlLoop
 
         self.bed = bed
-        self.proxy = _ProxyActuator(self)
-        lc = scaled_loop_config(replace(self.loop_config, interval_s=cfg.window_s * cfg.time_scale), cfg.time_scale)
-        self.loop = ControlLoop(self.model, bed, self.proxy, lc)
-        if self.trusted:  # the model was verified before the run: start on the planner path
-            self.loop.trust.restore({"state": "trusted", "good_streak": lc.trust.good_windows})
+        self.actuator = ReplayActuator(bed)
+        lc = replace(self.loop_config, interval_s=cfg.window_s * cfg.time_scale).scaled(1.0 / cfg.time_scale)
+        decider = self.decider_factory(bed, cfg) if self.decider_factory is not None else None
+        self.loop = ControlLoop(self.model, bed, self.actuator, lc, decider=decider)
+
+    @property
+    def decider(self):
+        return self.loop.decider if self.loop is not None else None
 
     def step(self, bed, view: WindowView, stats, config) -> dict | None:
-        self.proxy.wanted = None
+        self.actuator.wanted = None
         s = self.loop.step()
         if self.keep_steps:
             self.steps.append((view.now_s, s))
-        return self.proxy.wanted
-
-    def sync(self, config: Mapping[str, int], at_sim_s: float, restart_sim_s: float) -> None:
-        """Tell the loop a configuration was applied by someone else (the pre-emptive schedule)."""
-        loop = self.loop
-        loop.config_in_force = {k: int(v) for k, v in config.items()}
-        loop.last_action_s = self._epoch(at_sim_s)
-        loop.settled_after_s = loop.last_action_s + restart_sim_s + loop.config.guard.settle_s
-        loop.detectors.reset()
-        loop._out_of_band = 0
-
-    def _epoch(self, sim_s: float) -> float:
-        return self.bed._epoch0 + sim_s
+        return self.actuator.wanted
 
 
-@dataclass(frozen=True)
-class PreemptiveSettings:
-    """augury pre-emptive in a replay. Times in policy (trace) seconds, rates in tuples/s."""
+def preemptive_decider(settings, history: pd.Series | None, day0: pd.Timestamp):
+    """``(bed, cfg) -> PreemptiveDecider`` for a replay starting at trace time ``day0``: the
+    decider's clock maps the testbed's simulated seconds to trace time (``time_scale``), its
+    history is ``history`` (the rate history before the replay) then what the loop measured."""
+    from scheduler.deciders import ModelDecider, PreemptiveDecider, scaled_clock
 
-    utilization_target: float = 0.7
-    """Hottest-instance utilization the plans size for."""
-    latency_slo_ms: float | None = 50.0
-    """End-to-end p99 latency SLO (ms) the plans meet; None = none."""
-    quantile: float = 0.9
-    """Forecast quantile the schedule plans for."""
-    forecast_step_s: float = 900.0
-    """Grid of the rate history handed to the forecaster (s)."""
-    horizon_s: float = 30 * 3600.0
-    """Forecast horizon of each re-plan (s)."""
-    lead_time_s: float = 600.0
-    """A scale-up is issued this long before its segment (s)."""
-    stabilization_s: float = 3600.0
-    """The forecast must stay low this long before a scale-down (s)."""
-    max_reconfigurations_per_day: int = 6
-    """Most planned changes in any 24 h, counting those already made."""
-    replan_s: float = 2 * 3600.0
-    """Periodic re-plan interval (s), as ``experiments.schedule_eval`` does."""
-    refit_s: float = 86400.0
-    """The forecaster is re-fitted this often (s); re-plans in between condition the fitted
-    forecaster on the newest history (``ForecastResult.update``: cheap)."""
-    reactive_trigger: float = 0.9
-    """Also re-plan at once, with the measured load as the floor, when a settled window's measured
-    input exceeds this fraction of the capacity at the utilization target of the configuration
-    in force: the load is rising past the forecast (``schedule_eval``'s trigger)."""
-    quiet_s: float = 900.0
-    """After a reactive re-plan, no other reactive re-plan for this long (s) (the budget may be
-    spent, or the plan may keep the configuration)."""
-    history_days: int = 21
-    """Days of rate history the forecaster sees."""
-
-
-class PreemptiveController:
-    """augury pre-emptive: every ``replan_s`` (and at once on a forecast miss) forecast the load at
-    ``quantile`` from the rate history up to now and turn it into a timeline with
-    ``scheduler.schedule.schedule`` (the configuration in force and the changes of the last 24 h
-    passed in, so the daily budget holds across re-plans); augury's ``ControlLoop`` (trusted
-    ``model``) runs alongside as the reactive floor: the configuration applied is the per-operator
-    maximum of the schedule's and the loop's.
-
-    ``rates``: the source-rate history (tuples/s, a DatetimeIndex on the forecast grid) the
-    forecaster sees, including the replayed period (only the part before now is used); ``day0``:
-    the trace time of policy time 0.
-    """
-
-    name = "augury"
-
-    def __init__(self, model: JobModel, rates: pd.Series, day0: pd.Timestamp,
-                 settings: PreemptiveSettings = PreemptiveSettings()) -> None:
-        self.model = model
-        self.rates = rates
-        self.day0 = pd.Timestamp(day0)
-        self.p = settings
-        self.next_replan_s = 0.0
-        self.quiet_until_s = 0.0
-        self.fitted = None
-        self.fitted_at_s = -math.inf
-        self.issued: list[pd.Timestamp] = []
-        self.capacities: dict[tuple, float] = {}
-        self.reactive_replans = 0
-        self.schedule = None
-        self.floor: dict | None = None
-        self.schedules: list = []
-        self.forecast_methods: list[str] = []
-
-    def start(self, bed, cfg: ReplayConfig) -> None:
-        from scheduler.loop import LoopConfig
-
-        self.cfg = cfg
-        self.loop = LoopController(self.model, LoopConfig(utilization_target=self.p.utilization_target,
-                                                          latency_slo_ms=self.p.latency_slo_ms),
-                                   name="augury-loop", trusted=True)
-        self.loop.start(bed, cfg)
-
-    def capacity(self, config: Mapping[str, int]) -> float:
-        """Input rate at which ``config``'s hottest instance reaches the utilization target."""
-        key = tuple(sorted(config.items()))
-        if key not in self.capacities:
-            self.capacities[key] = predict(self.model, dict(config), 0.0).max_rate * self.p.utilization_target
-        return self.capacities[key]
-
-    def replan(self, now_s: float, measured: float, config: Mapping[str, int] | None = None) -> None:
-        import numpy as np
-
-        from modeler.forecast import Forecaster
-        from scheduler.plan import PlanConfig
-        from scheduler.schedule import ScheduleConfig, schedule
-
-        now = self.day0 + pd.Timedelta(seconds=now_s)
-        step = pd.Timedelta(seconds=self.p.forecast_step_s)
-        history = self.rates[(self.rates.index >= self.day0 - pd.Timedelta(days=self.p.history_days))
-                             & (self.rates.index + step <= now)]  # complete steps only
-        if self.fitted is None or now_s - self.fitted_at_s >= self.p.refit_s:
-            self.fitted, self.fitted_at_s = Forecaster(method="auto").fit(history), now_s
-        else:
-            self.fitted = self.fitted.update(history)
-        steps = int(math.ceil(self.p.horizon_s / self.p.forecast_step_s)) + 1
-        fc = self.fitted.forecast(steps, quantiles=(self.p.quantile,))
-        forecast = pd.Series(np.asarray(fc.quantiles[self.p.quantile], float), index=pd.DatetimeIndex(fc.timestamps))
-        forecast = forecast[forecast.index > now]
-        cfg = ScheduleConfig(lead_time_s=self.p.lead_time_s, stabilization_s=self.p.stabilization_s,
-                             max_reconfigurations_per_day=self.p.max_reconfigurations_per_day,
-                             plan=PlanConfig(utilization_target=self.p.utilization_target,
-                                             latency_slo_ms=self.p.latency_slo_ms))
-        recent = [t for t in self.issued if t > now - pd.Timedelta(days=1)]
-        self.schedule = schedule(self.model, forecast, float(measured), cfg, now=now,
-                                 current_config=dict(config) if config is not None else None,
-                                 recent_issues=recent)
-        self.schedules.append(self.schedule)
-        self.forecast_methods.append(self.fitted.method)
-        self.floor = None
-
-    def step(self, bed, view: WindowView, stats, config) -> dict | None:
-        sources = [op.name for op in self.model.sources]
-        measured = sum(stats[s].arrival_rate for s in sources if s in stats)
-        # A forecast miss: the load runs past what the configuration in force was sized for.
-        hot = (self.schedule is not None and view.settled and view.now_s >= self.quiet_until_s
-               and measured > self.p.reactive_trigger * self.capacity(config))
-        if view.now_s >= self.next_replan_s or hot:
-            self.replan(view.now_s, measured, config if self.schedule is not None else None)
-            if hot and view.now_s < self.next_replan_s:
-                self.reactive_replans += 1
-                self.quiet_until_s = view.now_s + self.p.quiet_s
-            while self.next_replan_s <= view.now_s:
-                self.next_replan_s += self.p.replan_s
-        wanted = self.loop.step(bed, view, stats, config)
-        if wanted is not None:
-            self.floor = dict(wanted)
-        now = self.day0 + pd.Timedelta(seconds=view.now_s)
-        horizon = now + pd.Timedelta(seconds=self.cfg.window_s * self.cfg.time_scale)
-        due = [r for r in self.schedule.reconfigurations if r.issue_at <= horizon]
-        target = dict(due[-1].config) if due else dict(config)
-        if self.floor:
-            target = {k: max(int(v), int(self.floor.get(k, v))) for k, v in target.items()}
-        target = {**dict(config), **{k: v for k, v in target.items() if k in config}}
-        if target == dict(config):
-            if wanted is not None:  # the loop believes it acted: tell it what is in force
-                self.loop.loop.config_in_force = dict(config)
-            return None
-        return target
-
-    def applied(self, bed, view: WindowView, config, restart_sim_s: float) -> None:
-        self.issued.append(self.day0 + pd.Timedelta(seconds=view.now_s))
-        self.loop.sync(config, bed.now_s, restart_sim_s)
+    def make(bed, cfg: ReplayConfig):
+        clock = scaled_clock(bed.epoch0_s, pd.Timestamp(day0), cfg.time_scale)
+        return PreemptiveDecider(settings, (lambda: history) if history is not None else None,
+                                 floor=ModelDecider(), clock=clock)
+    return make
 
 
 def summarize(results) -> pd.DataFrame:

@@ -128,6 +128,7 @@ from modeler.queueing import (
 )
 from scheduler import _plan_fast
 from scheduler.errors import InfeasiblePlan, SchedulerError
+from scheduler.targets import Targets
 
 _UTIL_EPS = 1e-9
 _LAT_EPS = 1e-12
@@ -162,36 +163,56 @@ def slo_slack(stat: str) -> float:
     return _LAT_EPS if stat == "mean" else _TAIL_SLO_EPS
 
 
-@dataclass(frozen=True)
-class PlanConfig:
-    """Targets and search limits of ``plan``."""
+_UNSET = object()
 
-    utilization_target: float = 0.7
-    """Highest allowed utilization of any instance (the hottest one), in (0, 1]."""
-    latency_slo_ms: float | None = None
-    """End-to-end latency bound, ms, on ``latency_stat``; None = no latency target."""
-    latency_stat: str = "p99"
-    """mean | p95 | p99: the statistic the SLO (and the tie-break) uses."""
-    align: bool = False
+
+@dataclass(frozen=True, init=False)
+class PlanConfig:
+    """Targets and search limits of ``plan``.
+
+    ``PlanConfig(Targets(...), align=...)``; the targets' fields are also accepted as keywords
+    (``PlanConfig(utilization_target=0.8, latency_slo_ms=50)``: folded into ``targets``) and
+    read back as properties, so older callers keep working.
+    """
+
+    targets: Targets
+    """What the plan must meet (``scheduler.targets.Targets``: utilization target, latency SLO
+    and its statistic, headroom)."""
+    align: bool
     """Key-grouped operators only at divisors of their max_parallelism (even key-group ranges)."""
-    max_evaluations: int = 200_000
-    """Budget of model evaluations (configurations) for the latency search."""
-    max_global_enumeration: int = 50_000
-    """Largest joint enumeration of non-monotone groups used to prove an SLO unreachable."""
+    max_evaluations: int
+    """Budget of model evaluations (configurations) for the latency search (default 200,000)."""
+    max_global_enumeration: int
+    """Largest joint enumeration of non-monotone groups used to prove an SLO unreachable
+    (default 50,000)."""
+
+    def __init__(self, targets: Targets | None = None, align: bool = False, max_evaluations: int = 200_000,
+                 max_global_enumeration: int = 50_000, *, utilization_target=_UNSET, latency_slo_ms=_UNSET,
+                 latency_stat=_UNSET, headroom=_UNSET) -> None:
+        base = targets if targets is not None else Targets()
+        legacy = {k: v for k, v in (("utilization_target", utilization_target), ("latency_slo_ms", latency_slo_ms),
+                                    ("latency_stat", latency_stat), ("headroom", headroom)) if v is not _UNSET}
+        object.__setattr__(self, "targets", replace(base, **legacy) if legacy else base)
+        object.__setattr__(self, "align", align)
+        object.__setattr__(self, "max_evaluations", max_evaluations)
+        object.__setattr__(self, "max_global_enumeration", max_global_enumeration)
+
+    @property
+    def utilization_target(self) -> float:
+        return self.targets.utilization_target
+
+    @property
+    def latency_slo_ms(self) -> float | None:
+        return self.targets.latency_slo_ms
+
+    @property
+    def latency_stat(self) -> str:
+        return self.targets.latency_stat
 
     def check(self) -> None:
-        u = self.utilization_target
-        if isinstance(u, bool) or not isinstance(u, (int, float)) or not (0 < u <= 1):
-            raise SchedulerError("must be a number in (0, 1]", field="utilization_target", value=u)
-        slo = self.latency_slo_ms
-        if slo is not None and (isinstance(slo, bool) or not isinstance(slo, (int, float))
-                                or not math.isfinite(slo) or slo <= 0):
-            raise SchedulerError("must be a finite number > 0", field="latency_slo_ms", value=slo)
-        if self.latency_stat not in LATENCY_STATS:
-            raise SchedulerError(f"must be one of {', '.join(LATENCY_STATS)}", field="latency_stat",
-                                 value=self.latency_stat)
-        if self.max_evaluations < 1:
-            raise SchedulerError("must be >= 1", field="max_evaluations", value=self.max_evaluations)
+        if isinstance(self.max_evaluations, bool) or not isinstance(self.max_evaluations, int) \
+                or self.max_evaluations < 1:
+            raise SchedulerError("must be an integer >= 1", field="max_evaluations", value=self.max_evaluations)
 
 
 @dataclass(frozen=True)
@@ -858,7 +879,7 @@ def plan(model: JobModel | CompiledModel, rate: float, config: PlanConfig = Plan
             or not math.isfinite(rate) or rate < 0:
         raise SchedulerError("the input rate must be a finite number >= 0", field="rate", value=rate)
     compiled = model if isinstance(model, CompiledModel) else compile_model(model)
-    prob = _Problem(compiled, float(rate), config)
+    prob = _Problem(compiled, config.targets.planned_rate(rate), config)
     return _solve(prob)
 
 

@@ -48,6 +48,7 @@ import numpy as np
 from modeler.keys import hot_key_groups, instance_shares, key_group_weights
 from modeler.modelfile import JobModel, to_graph
 from scheduler.observe import JobWindow, OperatorWindow
+from scheduler.targets import Targets
 
 CAUSES = ("under_provisioned", "slow_instance", "data_skew", "over_provisioned")
 SYMPTOMS = ("backpressure", "queue_growth", "rate_skew", "queue_skew", "load_skew")
@@ -84,12 +85,8 @@ class ReactiveConfig:
     """Mean busy fraction at which an operator counts as fully loaded."""
     min_busy: float = 0.05
     """Instances less busy than this are ignored for service-time skew (noise)."""
-    utilization_target: float = 0.7
-    """Busy fraction the sizing aims at."""
     low_utilization: float = 0.3
     """Busiest instance below this (and no pressure) = over-provisioned."""
-    catch_up_s: float = 300.0
-    """Drain the external backlog within this many seconds (adds backlog / catch_up_s)."""
     max_scale_factor: float = 4.0
     """Per-step cap on scale-up: p_new <= p * factor."""
 
@@ -262,8 +259,9 @@ def _ramp(value: float | None, lo: float, hi: float) -> float:
 
 
 def diagnose(window: JobWindow, symptoms: Sequence[Symptom], graph: nx.DiGraph,
-             config: ReactiveConfig = ReactiveConfig()) -> tuple[Diagnosis, ...]:
-    """Score every cause for every non-source operator of ``window``."""
+             config: ReactiveConfig = ReactiveConfig(), targets: Targets = Targets()) -> tuple[Diagnosis, ...]:
+    """Score every cause for every non-source operator of ``window`` (an operator counts as
+    loaded from half the utilization target of ``targets`` up)."""
     c = config
     sym = {(s.kind, s.operator): s for s in symptoms}
 
@@ -292,7 +290,7 @@ def diagnose(window: JobWindow, symptoms: Sequence[Symptom], graph: nx.DiGraph,
         rate_skew = _ramp(val("rate_skew", name), 1.0, c.rate_skew_enter) if on("rate_skew", name) else 0.0
         queue_skew = _ramp(val("queue_skew", name), 1.0, c.queue_skew_enter) if on("queue_skew", name) else 0.0
         load_skew = _ramp(val("load_skew", name), 1.0, c.load_skew_enter) if on("load_skew", name) else 0.0
-        loaded = _ramp(op.busy_mean, c.utilization_target * 0.5, c.saturated_busy)
+        loaded = _ramp(op.busy_mean, targets.utilization_target * 0.5, c.saturated_busy)
         # Under-provisioned: all instances busy and work piling up; not explained by one instance.
         under = (1.0 if pressure else 0.4) * loaded * (1.0 - 0.5 * max(rate_skew, load_skew))
         # Slow instance: its service time is out of line (a slow host); its queue is the long one.
@@ -493,8 +491,10 @@ def skew_report(model: JobModel, operator: str, instance: int, parallelism: int,
 
 def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
             offered_rates: Sequence[Mapping[str, float]], config: ReactiveConfig = ReactiveConfig(),
-            allow_scale_down: bool = True, history: Sequence[JobWindow] = ()) -> tuple[Proposal, ...]:
-    """Proposals for the diagnoses of the newest ``window``.
+            allow_scale_down: bool = True, history: Sequence[JobWindow] = (),
+            targets: Targets = Targets()) -> tuple[Proposal, ...]:
+    """Proposals for the diagnoses of the newest ``window``, sized for ``targets`` (the
+    utilization target; the backlog drained within ``targets.catch_up_s``).
 
     ``offered_rates``: per window of the stabilization window (oldest first), each source's
     offered rate; scale-down sizes by their maximum. ``history``: earlier settled windows (any
@@ -525,8 +525,8 @@ def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
     under = [d.operator for d in by_cause["under_provisioned"]]
     sources_now = {s.operator: s.arrival_rate for s in window.sources}
     if under:
-        drain = {s.operator: s.arrival_rate + s.source_lag / c.catch_up_s for s in window.sources}
-        sized = ds2_size(window, graph, drain, c.utilization_target)
+        drain = {s.operator: s.arrival_rate + s.source_lag / targets.catch_up_s for s in window.sources}
+        sized = ds2_size(window, graph, drain, targets.utilization_target)
         new = dict(current)
         changed = []
         for v, p in sized.items():
@@ -544,17 +544,17 @@ def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
                                f"instance, busy {o.busy_mean:.0%})")
             backlog = window.backlog
             reasons.append(f"offered {sum(sources_now.values()):,.0f}/s + backlog {backlog:,.0f} drained in "
-                           f"{c.catch_up_s:g}s, target utilization {c.utilization_target:.0%}")
+                           f"{targets.catch_up_s:g}s, target utilization {targets.utilization_target:.0%}")
             out.append(Proposal(kind="scale", operators=tuple(changed), diagnosis="under_provisioned",
                                 config=new, reasons=tuple(reasons),
-                                expected={"busy_max": c.utilization_target, "backpressure_max": 0.0,
+                                expected={"busy_max": targets.utilization_target, "backpressure_max": 0.0,
                                           "throughput": sum(sources_now.values())}))
     elif allow_scale_down and by_cause["over_provisioned"] and not by_cause["slow_instance"]:
         peak: dict[str, float] = {}
         for rates in offered_rates:
             for k, r in rates.items():
                 peak[k] = max(peak.get(k, 0.0), r)
-        sized = ds2_size(window, graph, peak or sources_now, c.utilization_target)
+        sized = ds2_size(window, graph, peak or sources_now, targets.utilization_target)
         new = dict(current)
         changed = []
         for d in by_cause["over_provisioned"]:
@@ -566,10 +566,10 @@ def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
         if changed:
             reasons = [f"over-provisioned: {', '.join(changed)}",
                        f"sized for the peak offered rate over the stabilization window "
-                       f"({sum(peak.values()):,.0f}/s) at utilization {c.utilization_target:.0%}"]
+                       f"({sum(peak.values()):,.0f}/s) at utilization {targets.utilization_target:.0%}"]
             reasons += [f"{v}: {current[v]} -> {new[v]}" for v in changed]
             out.append(Proposal(kind="scale", operators=tuple(changed), diagnosis="over_provisioned",
                                 config=new, reasons=tuple(reasons),
-                                expected={"busy_max": c.utilization_target, "backpressure_max": 0.0,
+                                expected={"busy_max": targets.utilization_target, "backpressure_max": 0.0,
                                           "throughput": sum(sources_now.values())}))
     return tuple(out)

@@ -54,6 +54,7 @@ from modeler.modelfile import JobModel
 from modeler.queueing import CompiledModel, compile_model, predict, predict_batch
 from scheduler.errors import SchedulerError
 from scheduler.plan import Plan, PlanConfig, plan
+from scheduler.targets import Targets
 
 DAY_S = 86400.0
 
@@ -436,14 +437,14 @@ def replay_timeline(model: JobModel | CompiledModel, reconfigurations, actual: p
     load: per timestamp of ``actual`` (``NaN`` rates are dropped) the configuration in force
     (latest ``effective_at <= ts``; ``before``, else the first, until then), ``instances`` (over
     the non-source operators), ``max_utilization``, ``saturated`` and ``violation`` (above the
-    utilization target, default 0.7, or saturated).
+    utilization target, default ``Targets().utilization_target``, or saturated).
 
     ``interval_s`` > 0: each timestamp stands for the interval ``[ts, ts + interval_s)`` at that
     rate, and every configuration in force at some moment of it is checked; the row reports the
     worst (highest utilization) of them, so a change that lands mid-interval is charged with
     whichever side is worse."""
     compiled = model if isinstance(model, CompiledModel) else compile_model(model)
-    target = utilization_target if utilization_target is not None else 0.7
+    target = utilization_target if utilization_target is not None else Targets().utilization_target
     actual = actual.dropna()
     recs = sorted(enumerate(reconfigurations), key=lambda x: (x[1].effective_at, x[0]))
     configs = [dict(before) if before is not None else dict(reconfigurations[0].config)]

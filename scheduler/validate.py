@@ -35,25 +35,14 @@ import numpy as np
 from modeler.modelfile import JobModel
 from modeler.queueing import LATENCY_STATS, CompiledModel, Prediction, compile_model, predict, predict_batch
 from scheduler.errors import ProposalError, SchedulerError
-from scheduler.plan import PlanConfig, slo_slack
+from scheduler.plan import slo_slack
+from scheduler.targets import Targets
 
 _EPS = 1e-9
 
 
-@dataclass(frozen=True)
-class ValidateConfig:
-    """Targets a configuration is checked against."""
-
-    utilization_target: float = 0.7
-    """Highest allowed utilization of any instance, in (0, 1]."""
-    latency_slo_ms: float | None = None
-    """Bound on ``latency_stat``, ms; None = no latency target."""
-    latency_stat: str = "p99"
-    """mean | p95 | p99."""
-
-    def check(self) -> None:
-        PlanConfig(utilization_target=self.utilization_target, latency_slo_ms=self.latency_slo_ms,
-                   latency_stat=self.latency_stat).check()
+ValidateConfig = Targets
+"""The targets a proposal is checked against: ``scheduler.targets.Targets`` (the old name kept)."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +84,7 @@ class Validation:
 
 
 def validate(model: JobModel | CompiledModel, rate: float, config: Mapping[str, int] | None = None,
-             targets: ValidateConfig = ValidateConfig()) -> Validation:
+             targets: Targets = Targets()) -> Validation:
     """Check ``config`` (operators it does not name keep the model's parallelism) at ``rate``."""
     targets.check()
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate < 0:

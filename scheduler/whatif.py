@@ -47,9 +47,11 @@ import numpy as np
 import pandas as pd
 
 from modeler.errors import ConfigError
+from modeler.limits import MAX_RATES, MAX_SWEEP_VALUES
 from modeler.modelfile import JobModel
 from modeler.queueing import LATENCY_STATS, CompiledModel, compile_model, predict_batch
 from scheduler.errors import SchedulerError
+from scheduler.targets import Targets
 
 #: Columns of the prediction table after ``config_id`` and the ``p_<operator>`` columns, with their
 #: types (``int``, ``float``, ``str``, ``bool``): the one definition of the table's schema.
@@ -130,6 +132,9 @@ def parse_sweep(text: str, flag: str = "--sweep") -> Sweep:
             raise SchedulerError(f"empty range {item.strip()!r} (start > end)", field=flag, value=text)
         if step < 1:
             raise SchedulerError(f"range step must be >= 1 in {item.strip()!r}", field=flag, value=text)
+        if len(values) + (hi - lo) // step + 1 > MAX_SWEEP_VALUES:  # counted before it is built
+            raise SchedulerError(f"more than {MAX_SWEEP_VALUES:,} values (the documented limit)",
+                                 field=flag, value=text)
         values.extend(range(lo, hi + 1, step))
     if any(v < 1 for v in values):
         raise SchedulerError("parallelism must be >= 1", field=flag, value=text)
@@ -155,6 +160,9 @@ def parse_rates(text: str, flag: str = "--rates") -> np.ndarray:
         if not _INT.match(parts[2]) or int(parts[2]) < 1:
             raise SchedulerError("COUNT must be an integer >= 1", field=flag, value=text)
         count = int(parts[2])
+        if count > MAX_RATES:
+            raise SchedulerError(f"COUNT must be <= {MAX_RATES:,} (the documented limit)", field=flag,
+                                 value=text)
     if hi < lo:
         raise SchedulerError("STOP must be >= START", field=flag, value=text)
     if count == 1 and hi != lo:
@@ -418,38 +426,6 @@ def config_table(table: pd.DataFrame) -> pd.DataFrame:
     return out[["config_id", *pcols, *CONFIG_VALUE_COLUMNS]].reset_index(drop=True)
 
 
-@dataclass(frozen=True)
-class Targets:
-    """What "meets the targets" means for ``cheapest_per_rate``."""
-
-    utilization_target: float = 0.7
-    """Highest utilization of the hottest instance, in (0, 1]."""
-    latency_slo_ms: float | None = None
-    """Bound on the latency statistic, ms (None: no latency bound)."""
-    latency_stat: str = "p99"
-    """``mean``, ``p95`` or ``p99``: the SLO's statistic and the tie-break."""
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.utilization_target, (int, float)) and 0 < self.utilization_target <= 1):
-            raise SchedulerError("expected a number in (0, 1]", field="utilization_target",
-                                 value=self.utilization_target)
-        if self.latency_slo_ms is not None and not (math.isfinite(self.latency_slo_ms) and self.latency_slo_ms > 0):
-            raise SchedulerError("expected a number > 0", field="latency_slo_ms", value=self.latency_slo_ms)
-        if self.latency_stat not in LATENCY_STATS:
-            raise SchedulerError(f"expected one of {', '.join(LATENCY_STATS)}", field="latency_stat",
-                                 value=self.latency_stat)
-
-    @property
-    def latency_column(self) -> str:
-        return f"latency_{self.latency_stat}_ms"
-
-    def meets(self, table: pd.DataFrame) -> pd.Series:
-        ok = (~table["saturated"]) & (table["max_utilization"] <= self.utilization_target)
-        if self.latency_slo_ms is not None:
-            ok &= table[self.latency_column] <= self.latency_slo_ms  # NaN compares False
-        return ok
-
-
 def _best(candidates: pd.DataFrame, targets: Targets) -> pd.DataFrame:
     """Per rate, the first row by (instances, latency statistic, config_id)."""
     ordered = candidates.sort_values(["rate", "instances", targets.latency_column, "config_id"],
@@ -565,12 +541,15 @@ class TableWriter:
 
 
 def write_frame(frame: pd.DataFrame, path: Path) -> None:
-    """``frame`` as CSV or Parquet (by ``path``'s suffix)."""
+    """``frame`` as CSV or Parquet (by ``path``'s suffix), written atomically."""
+    from history.files import atomic_path
+
     path = Path(path)
-    if path.suffix.lower() == ".parquet":
-        frame.to_parquet(path, index=False)
-    else:
-        frame.to_csv(path, index=False)
+    with atomic_path(path, "--out") as tmp:  # a failure leaves the previous file as it was
+        if path.suffix.lower() == ".parquet":
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
 
 
 # ----------------------------------------------------------------------- Spark

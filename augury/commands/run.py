@@ -43,7 +43,8 @@ from augury.commands._common import parse_duration_s
 from augury.errors import UsageError
 
 _SECTIONS = {"job", "metrics", "actuator", "slo", "intervals", "guard", "trust", "reactive", "blacklist",
-             "forecast"}
+             "forecast", "decider"}
+DECIDERS = ("model", "reactive", "preemptive")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -81,8 +82,11 @@ def _dataclass_from(cls, raw: dict, path: str, section: str, rename: dict | None
 
 def load_run_config(path: str) -> dict:
     """Parse and check the TOML file; returns the pieces ``run`` needs."""
+    from modeler.errors import AuguryError
+    from scheduler.deciders import ModelDeciderConfig
     from scheduler.loop import GuardRails, LoopConfig
     from scheduler.reactive import ReactiveConfig
+    from scheduler.targets import Targets
     from scheduler.state import BlacklistConfig
     from scheduler.trust import TrustConfig
 
@@ -103,26 +107,47 @@ def load_run_config(path: str) -> dict:
     state = str(base / job["state"]) if job.get("state") else None
     slo = raw.get("slo", {})
     intervals = raw.get("intervals", {})
-    loop_kwargs = {}
-    slo_keys = (("utilization_target", "utilization_target"), ("latency_ms", "latency_slo_ms"),
-                ("latency_stat", "latency_stat"), ("utilization_band", "utilization_band"),
-                ("scale_down_saving", "scale_down_saving"), ("catch_up_utilization", "catch_up_utilization"))
-    for key, name in slo_keys:
-        if key in slo:
-            loop_kwargs[name] = tuple(slo[key]) if isinstance(slo[key], list) else slo[key]
-    for key in ("interval_s", "evaluate_after_s", "catch_up_s", "confirm_windows", "history_windows"):
-        if key in intervals:
-            loop_kwargs[key] = intervals[key]
-    extra = sorted(set(slo) - {key for key, _ in slo_keys})
-    if extra:
-        raise _fail(path, f"slo.{extra[0]}", None, "unknown key")
-    extra = sorted(set(intervals) - {"interval_s", "evaluate_after_s", "catch_up_s", "confirm_windows",
-                                     "history_windows"})
-    if extra:
-        raise _fail(path, f"intervals.{extra[0]}", None, "unknown key")
+    # [slo] -> Targets (+ the model decider's band keys); [intervals] -> the loop, catch_up_s ->
+    # Targets, confirm_windows -> the model decider. Older [reactive] utilization_target /
+    # catch_up_s (the reactive policy's own copies, now one Targets) are read as the same keys.
+    target_keys = {"utilization_target": "utilization_target", "latency_ms": "latency_slo_ms",
+                   "latency_stat": "latency_stat", "headroom": "headroom"}
+    model_keys = ("utilization_band", "scale_down_saving", "catch_up_utilization")
+    targets_raw, model_raw, loop_kwargs = {}, {}, {}
+    for key, value in slo.items():
+        if key in target_keys:
+            targets_raw[target_keys[key]] = value
+        elif key in model_keys:
+            model_raw[key] = tuple(value) if isinstance(value, list) else value
+        else:
+            raise _fail(path, f"slo.{key}", value, "unknown key (known: "
+                        + ", ".join(sorted(set(target_keys) | set(model_keys))) + ")")
+    for key, value in intervals.items():
+        if key in ("interval_s", "evaluate_after_s", "history_windows"):
+            loop_kwargs[key] = value
+        elif key == "catch_up_s":
+            targets_raw["catch_up_s"] = value
+        elif key == "confirm_windows":
+            model_raw[key] = value
+        else:
+            raise _fail(path, f"intervals.{key}", value, "unknown key (known: catch_up_s, confirm_windows, "
+                        "evaluate_after_s, history_windows, interval_s)")
+    reactive_raw = dict(raw.get("reactive", {}))
+    for key in ("utilization_target", "catch_up_s"):
+        if key in reactive_raw:
+            value = reactive_raw.pop(key)
+            if key in targets_raw and targets_raw[key] != value:
+                raise _fail(path, f"reactive.{key}", value, f"disagrees with the one target "
+                            f"({'slo' if key == 'utilization_target' else 'intervals'}.{key} = {targets_raw[key]!r})")
+            targets_raw[key] = value
+    try:
+        loop_kwargs["targets"] = _dataclass_from(Targets, targets_raw, path, "slo")
+    except AuguryError as err:
+        raise _fail(path, f"slo.{err.field}" if err.field else "slo", err.value, err.message) from None
+    loop_kwargs["model"] = _dataclass_from(ModelDeciderConfig, model_raw, path, "slo")
     loop_kwargs["guard"] = _dataclass_from(GuardRails, raw.get("guard", {}), path, "guard")
     loop_kwargs["trust"] = _dataclass_from(TrustConfig, raw.get("trust", {}), path, "trust")
-    loop_kwargs["reactive"] = _dataclass_from(ReactiveConfig, raw.get("reactive", {}), path, "reactive")
+    loop_kwargs["reactive"] = _dataclass_from(ReactiveConfig, reactive_raw, path, "reactive")
     loop_kwargs["blacklist"] = _dataclass_from(BlacklistConfig, raw.get("blacklist", {}), path, "blacklist")
     cfg = LoopConfig(**loop_kwargs)
     if cfg.interval_s <= 0:
@@ -143,8 +168,78 @@ def load_run_config(path: str) -> dict:
         raise _fail(path, "actuator.kind", actuator, "the flink-rest actuator needs metrics.source = \"flink\"")
     if source == "flink":
         spec.update(_flink_spec(path, metrics, actuator_raw, actuator, cfg))
-    spec["forecast"] = _forecast_spec(path, base, raw.get("forecast"), model_path)
+    decider = dict(raw.get("decider", {}))
+    kind = decider.pop("kind", "model")
+    if kind not in DECIDERS:
+        raise _fail(path, "decider.kind", kind, f"supported: {', '.join(DECIDERS)}")
+    if decider:
+        raise _fail(path, f"decider.{sorted(decider)[0]}", None, "unknown key (known: kind)")
+    spec["decider"] = kind
+    if kind == "preemptive":
+        spec["forecast"] = None
+        spec["preemptive"] = _preemptive_spec(path, base, raw.get("forecast"), model_path)
+    else:
+        spec["forecast"] = _forecast_spec(path, base, raw.get("forecast"), model_path)
     return spec
+
+
+def _history_source(path: str, base: Path, f: dict, model_path: str):
+    """``store`` (a history store: its source_rates for ``job``, default the model's) or ``series``
+    (a timestamp,value CSV of input rates): a ``read_history()`` callable."""
+    from scheduler.forecasting import store_history, series_history
+
+    store, series, job = f.pop("store", None), f.pop("series", None), f.pop("job", None)
+    if (store is None) == (series is None):
+        raise _fail(path, "forecast.store", store, "give exactly one of forecast.store and forecast.series")
+    if store is not None:
+        where = base / str(store)
+        if not where.is_dir():
+            raise _fail(path, "forecast.store", store, "no such store directory")
+        if job is None:
+            from modeler.modelfile import load_model
+
+            job = load_model(model_path).job
+        return store_history(where, str(job))
+    where = base / str(series)
+    if not where.is_file():
+        raise _fail(path, "forecast.series", series, "no such file")
+    return series_history(where)
+
+
+def _preemptive_spec(path: str, base: Path, raw: dict | None, model_path: str):
+    """``[decider] kind = "preemptive"``: ``[forecast]`` holds the history (``store`` or ``series``)
+    and any ``scheduler.deciders.PreemptiveConfig`` field. Returns (config, read_history)."""
+    from scheduler.deciders import PreemptiveConfig
+
+    if not raw:
+        raise _fail(path, "forecast", None, "the pre-emptive decider needs a [forecast] section "
+                    "with store or series")
+    f = dict(raw)
+    read_history = _history_source(path, base, f, model_path)
+    config = _dataclass_from(PreemptiveConfig, f, path, "forecast")
+    if not 0 < config.quantile < 1:
+        raise _fail(path, "forecast.quantile", config.quantile, "must lie strictly between 0 and 1")
+    for name in ("forecast_step_s", "horizon_s", "replan_s", "refit_s"):
+        v = getattr(config, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise _fail(path, f"forecast.{name}", v, "must be a number > 0")
+    if not isinstance(config.max_reconfigurations_per_day, int) or config.max_reconfigurations_per_day < 1:
+        raise _fail(path, "forecast.max_reconfigurations_per_day", config.max_reconfigurations_per_day,
+                    "must be an integer >= 1")
+    return config, read_history
+
+
+def build_decider(spec: dict):
+    """The primary decider of a run config: model (default), reactive only, or pre-emptive."""
+    from scheduler.deciders import ModelDecider, PreemptiveDecider, ReactiveDecider
+
+    cfg = spec["loop"]
+    if spec["decider"] == "reactive":
+        return ReactiveDecider(cfg.reactive, cfg.guard.scale_down_delay_s)
+    if spec["decider"] == "preemptive":
+        config, read_history = spec["preemptive"]
+        return PreemptiveDecider(config, read_history, floor=ModelDecider(cfg.model))
+    return ModelDecider(cfg.model, load_forecast=spec["forecast"])
 
 
 def _forecast_spec(path: str, base: Path, raw: dict | None, model_path: str):
@@ -236,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
                  faults=faults)
     actuator = tb if spec["actuator"] == "testbed" else InMemoryActuator(tb.current())
     store = SQLiteStateStore(spec["state"]) if spec["state"] else InMemoryStateStore()
-    loop = ControlLoop(model, tb, actuator, spec["loop"], store=store, load_forecast=spec["forecast"])
+    loop = ControlLoop(model, tb, actuator, spec["loop"], store=store, decider=build_decider(spec))
     sim_clock = lambda: tb.now_s  # noqa: E731 - the testbed's time is simulated
 
     def show(step):
@@ -288,7 +383,7 @@ def _run_flink(args: argparse.Namespace, spec: dict, duration: float | None) -> 
     else:
         actuator = DryRunActuator(graph.config(), out=str(spec["base"] / f["out"]) if f["out"] else sys.stderr)
     store = SQLiteStateStore(spec["state"]) if spec["state"] else InMemoryStateStore()
-    loop = ControlLoop(model, source, actuator, spec["loop"], store=store, load_forecast=spec["forecast"])
+    loop = ControlLoop(model, source, actuator, spec["loop"], store=store, decider=build_decider(spec))
     loop.run(iterations=args.iterations, duration_s=duration, wait=lambda s: None, on_step=_shower(args),
              clock=time.monotonic)
     return 0

@@ -11,7 +11,8 @@ uniform keys, for time; ``--quick``: both, steps x5 and /3, the ``under`` start 
 * Start configuration: the cheapest configuration (``scheduler.plan`` on the true model) for
   ``start_factor x r0``: ``under`` = 0.6 (the job was already short before the step), ``over`` =
   1.6. So x2 and x5 start under-provisioned for ``r1`` in both cases, /3 over-provisioned.
-* Policies: augury's ``ControlLoop`` with the true model, already trusted (planner path); DS2
+* Policies: augury's product ``ControlLoop`` on the model it learned from a warm-up recording
+  (ingest -> Spark -> calibrate; on probation until it predicts well, reactive meanwhile); DS2
   (and ``ds2-max``, a labelled variant sizing from the busiest instance); the Flink autoscaler's
   rules; Dhalion (``experiments.baselines``; ``PEERS`` there lists each one's differences).
   Every policy's time constants are in policy seconds and the run is compressed ``time_scale`` x (restart 30 s, Dhalion's 3 min wait, Flink's 15 min
@@ -97,16 +98,20 @@ class Params:
     """The final configuration must meet the SLO in the last this many windows."""
 
 
-def _policies(truth, params: Params):
+def _policies(truth, params: Params, learned=None):
     from experiments.baselines import DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy, ds2_max
     from experiments.replay import LoopController, PolicyController
     from modeler.modelfile import to_graph
     from scheduler.loop import LoopConfig
 
     graph = to_graph(truth)
-    loop_cfg = LoopConfig(utilization_target=params.utilization_target, latency_slo_ms=params.latency_slo_ms)
+    from scheduler.targets import Targets
+
+    loop_cfg = LoopConfig(targets=Targets(utilization_target=params.utilization_target,
+                                          latency_slo_ms=params.latency_slo_ms))
     return {
-        "augury": lambda: LoopController(truth, loop_cfg, name="augury", trusted=True),
+        # the product loop on the model it learned from measurements (``learned``), as augury run
+        "augury": lambda: LoopController(learned if learned is not None else truth, loop_cfg, name="augury"),
         # peers take every duration in policy seconds (``drive`` hands them policy time)
         "ds2": lambda: PolicyController(DS2Policy(graph), settle=True),
         "ds2-max": lambda: PolicyController(ds2_max(graph), settle=True),  # a variant, not DS2
@@ -153,7 +158,8 @@ def assess(timeline: pd.DataFrame, cheapest: int, tolerance: float, tail_windows
     return out
 
 
-def run_case(example: str, step: str, start: str, policy: str, params: Params, seed: int, repo) -> dict:
+def run_case(example: str, step: str, start: str, policy: str, params: Params, seed: int, repo,
+             learned=None) -> dict:
     from experiments.replay import ReplayConfig, drive
     from modeler.queueing import predict
     from scheduler.plan import PlanConfig, plan
@@ -164,7 +170,7 @@ def run_case(example: str, step: str, start: str, policy: str, params: Params, s
     r0 = r1 / STEPS[step]
     initial = dict(plan(truth, STARTS[start] * r0, pc).config)
     cheap = plan(truth, r1, pc)
-    controller = _policies(truth, params)[policy]()
+    controller = _policies(truth, params, learned)[policy]()
     rcfg = ReplayConfig(window_s=params.window_s, time_scale=params.time_scale, restart_s=params.restart_s,
                         latency_slo_ms=params.latency_slo_ms, seed=seed)
     result = drive(truth, r1, controller, rcfg, initial, params.duration_s)
@@ -210,11 +216,18 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     rows, errors = [], []
     starts = ("under",) if ctx.quick else tuple(STARTS)
     cases = [(e, s, st, p) for e in examples for s in steps for st in starts for p in POLICIES]
+    from experiments.recording import learn_model
+
+    learned: dict[str, object] = {}
     for k, (e, s, st, p) in enumerate(cases):
         seed = ctx.seed * 1000 + k  # one seed per run, reproducible
         ctx.progress(f"[{k + 1}/{len(cases)}] {e} {s} start {st}: {p}")
         try:
-            rows.append(run_case(e, s, st, p, params, seed, ctx.repo))
+            if p == "augury" and e not in learned:  # augury learns each job from a warm-up recording
+                ctx.progress(f"  augury learns {e}: warm-up on the testbed -> ingest -> Spark -> calibrate")
+                learned[e] = learn_model(load_example(ctx.repo, e), Path(ctx.workdir) / f"learn-{e}",
+                                         seed=ctx.seed)[0]
+            rows.append(run_case(e, s, st, p, params, seed, ctx.repo, learned.get(e)))
         except Exception as err:  # noqa: BLE001 - one failed case is reported, not fatal to the rest
             errors.append(f"{e} {s} {st} {p}: {type(err).__name__}: {err}")
             ctx.progress(f"  FAILED: {errors[-1]}")

@@ -12,7 +12,7 @@ and lasts to the end of the run:
   hot key's load from its instance, so it has to be reported (augury's resolver) — scaling may
   still recover the SLO when the rest of the instance's keys move away.
 
-Policies: augury's ``ControlLoop`` (true model, trusted; instance restarts move the instance to
+Policies: augury's product ``ControlLoop`` (on the model learned from a warm-up recording; instance restarts move the instance to
 a healthy host, i.e. end its slow-instance fault) and Dhalion (``experiments.baselines``:
 back-pressure detection, bottleneck scale-up; the re-implementation has no slow-instance or skew
 diagnoser, so its only diagnosis is *under-provisioned*).
@@ -92,21 +92,23 @@ def _faults(kind: str, params: Params):
     return [HotKey("split", "count", params.hot_share, params.fault_at_s)]
 
 
-def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: int, repo) -> dict:
+def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: int, repo, learned=None) -> dict:
     from experiments.replay import LoopController, ReplayConfig, drive
     from modeler.modelfile import load_model, to_graph
     from modeler.queueing import predict
     from scheduler.loop import LoopConfig
     from scheduler.plan import PlanConfig, plan
+    from scheduler.targets import Targets
 
     truth = load_model(str(repo / params.model_file))
     rate = params.load_factor * predict(truth, None, 0.0).max_rate
     initial = dict(plan(truth, rate, PlanConfig(utilization_target=params.utilization_target,
                                                 latency_slo_ms=params.latency_slo_ms)).config)
     if policy == "augury":
-        c = LoopController(truth, LoopConfig(utilization_target=params.utilization_target,
-                                             latency_slo_ms=params.latency_slo_ms),
-                           name="augury", keep_steps=True, trusted=True)
+        c = LoopController(learned if learned is not None else truth,
+                           LoopConfig(targets=Targets(utilization_target=params.utilization_target,
+                                                      latency_slo_ms=params.latency_slo_ms)),
+                           name="augury", keep_steps=True)
     else:
         c = _DhalionWatch(to_graph(truth))
     rcfg = ReplayConfig(window_s=params.window_s, time_scale=1.0, restart_s=params.restart_s,
@@ -171,9 +173,17 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     duration = 240.0 if ctx.quick else params.duration_s
     rows = []
     cases = [(f, p) for f in FAULTS for p in POLICIES]
+    from pathlib import Path
+
+    from experiments.recording import learn_model
+    from modeler.modelfile import load_model
+
+    ctx.progress("augury learns its model: warm-up on the testbed -> ingest -> Spark -> calibrate")
+    learned = learn_model(load_model(str(ctx.repo / params.model_file)), Path(ctx.workdir) / "learn",
+                          seed=ctx.seed)[0]
     for k, (f, p) in enumerate(cases):
         ctx.progress(f"[{k + 1}/{len(cases)}] {f}: {p}")
-        rows.append(run_case(f, p, params, duration, ctx.seed * 100 + k, ctx.repo))
+        rows.append(run_case(f, p, params, duration, ctx.seed * 100 + k, ctx.repo, learned))
     table = pd.DataFrame(rows)
     metrics = {}
     for row in rows:

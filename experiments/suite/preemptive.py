@@ -9,15 +9,18 @@ real-time meaning, see ``experiments.replay``).
 
 Policies:
 
-* **augury** (pre-emptive, ``experiments.replay.PreemptiveController``): every ``replan_s`` of trace time (and at once when the measured load
+* **augury** (pre-emptive: the product loop, ``scheduler.loop.ControlLoop`` with
+  ``scheduler.deciders.PreemptiveDecider``, on a model *learned from measurements*: a warm-up
+  recording on the testbed through ingest -> Spark -> calibrate; exactly what ``augury run``
+  runs): every ``replan_s`` of trace time (and at once when the measured load
   runs past ``reactive_trigger`` of the capacity in force: a forecast miss) the forecaster
   (``modeler.forecast``, ``auto``; fitted on the history up to now every ``refit_s``, updated with
   the newest history in between) gives its ``quantile`` path and ``scheduler.schedule.schedule``
   turns it into a timeline (at most ``max_reconfigurations_per_day`` counting the changes already
   made in the last 24 h, lead time, stabilization before scale-down, the measured load as a
-  floor, the configuration in force kept when it suffices); augury's ``ControlLoop`` (true model,
-  trusted) runs alongside as the reactive floor: the configuration applied is the per-operator
-  maximum of the schedule's and the loop's.
+  floor, the configuration in force kept when it suffices); the model decider is the floor (the
+  configuration applied is the per-operator maximum of the schedule's and the model decider's)
+  and the reactive policy decides while the model is on probation.
 * **flink-autoscaler**, **ds2**, **ds2-max** (a labelled variant: DS2 sized from the busiest
   instance), **dhalion**: the baselines (``experiments.baselines``; ``PEERS`` there lists each
   one's differences from the original). **ds2/uniform-keys**: DS2 on the same job with uniform
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -109,21 +113,33 @@ def rate_series(path, step_s: float) -> pd.Series:
 
 
 def settings(params: Params):
-    """augury's pre-emptive controller settings (``experiments.replay.PreemptiveSettings``)."""
-    from experiments.replay import PreemptiveSettings
+    """augury's pre-emptive decider settings (``scheduler.deciders.PreemptiveConfig``)."""
+    from scheduler.deciders import PreemptiveConfig
 
-    return PreemptiveSettings(
-        utilization_target=params.utilization_target, latency_slo_ms=params.latency_slo_ms,
+    return PreemptiveConfig(
         quantile=params.quantile, forecast_step_s=params.forecast_step_s, horizon_s=params.horizon_s,
         lead_time_s=params.lead_time_s, stabilization_s=params.stabilization_s,
         max_reconfigurations_per_day=params.max_reconfigurations_per_day, replan_s=params.replan_s,
         refit_s=params.refit_s, reactive_trigger=params.reactive_trigger)
 
 
-def run_trace(trace: str, params: Params, days: int, seed: int, repo, traces_dir, progress) -> list:
+def augury_controller(model, params: Params, history: pd.Series, day0: pd.Timestamp):
+    """augury as ``augury run`` runs it: the product loop with the pre-emptive decider on the
+    model learned from measurements (``experiments.recording.learn_model``)."""
+    from experiments.replay import LoopController, preemptive_decider
+    from scheduler.loop import LoopConfig
+    from scheduler.targets import Targets
+
+    loop = LoopConfig(targets=Targets(utilization_target=params.utilization_target,
+                                      latency_slo_ms=params.latency_slo_ms))
+    return LoopController(model, loop, name="augury", decider=preemptive_decider(settings(params), history, day0))
+
+
+def run_trace(trace: str, params: Params, days: int, seed: int, repo, traces_dir, progress,
+              learned=None) -> list:
     from experiments.baselines import (DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy, OraclePolicy,
                                        StaticPolicy, ds2_max)
-    from experiments.replay import PolicyController, PreemptiveController, ReplayConfig, drive
+    from experiments.replay import PolicyController, ReplayConfig, drive
     from experiments.suite.convergence import unskewed
     from experiments.testbed import load_trace
     from modeler.modelfile import load_model, to_graph
@@ -155,7 +171,8 @@ def run_trace(trace: str, params: Params, days: int, seed: int, repo, traces_dir
     rcfg = ReplayConfig(window_s=params.window_s, time_scale=ts, restart_s=params.restart_s,
                         latency_slo_ms=params.latency_slo_ms, seed=seed)
     controllers = {
-        "augury": lambda: PreemptiveController(truth, rates, day0, settings(params)),
+        "augury": lambda: augury_controller(learned if learned is not None else truth, params,
+                                            rates[rates.index < day0], day0),
         # peers take every duration in policy seconds (``drive`` hands them policy time)
         "flink-autoscaler": lambda: PolicyController(FlinkAutoscalerPolicy(graph), settle=True),
         "ds2": lambda: PolicyController(DS2Policy(graph), settle=True),
@@ -188,8 +205,16 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     traces = ("nyc_taxi",) if ctx.quick else tuple(TRACES)
     days = 1 if ctx.quick else params.days
     rows, timelines = [], {}
+    from experiments.recording import learn_model
+    from modeler.modelfile import dump_model, load_model
+
+    ctx.progress("augury learns its model: warm-up on the testbed -> ingest -> Spark -> calibrate")
+    truth = load_model(str(ctx.repo / params.model_file))
+    learned, calibration = learn_model(truth, Path(ctx.workdir) / "learn", seed=ctx.seed)
+    (Path(ctx.workdir) / "learned_model.yaml").write_text(dump_model(learned))
     for k, trace in enumerate(traces):
-        for tr, r, c in run_trace(trace, params, days, ctx.seed * 100 + k, ctx.repo, ctx.traces_dir, ctx.progress):
+        for tr, r, c in run_trace(trace, params, days, ctx.seed * 100 + k, ctx.repo, ctx.traces_dir, ctx.progress,
+                                  learned=learned):
             rows.append({"trace": tr, "policy": r.policy, "days": days,
                          "violation_minutes": r.violation_minutes,
                          # of which restarts (their windows, charged restart + drain) and the rest
@@ -201,10 +226,11 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                          "reconfigurations_per_day": r.reconfigurations / days,
                          "violated_share": float(r.timeline["violated"].mean()),
                          "peak_instances": int(r.timeline["instances"].max()),
-                         "forecast_methods": ",".join(sorted(set(getattr(c, "forecast_methods", [])))),
-                         "planned_reconfigurations_max_24h": max((s.per_day() for s in getattr(c, "schedules", [])),
+                         "forecast_methods": ",".join(sorted(set(getattr(getattr(c, "decider", None), "forecast_methods_", [])))),
+                         "planned_reconfigurations_max_24h": max((s.per_day() for s in getattr(getattr(c, "decider", None),
+                                                                                             "schedules_", [])),
                                                                  default=0),
-                         "reactive_replans": getattr(c, "reactive_replans", 0)})
+                         "reactive_replans": getattr(getattr(c, "decider", None), "reactive_replans_", 0)})
             timelines[(tr, r.policy)] = r.timeline
     table = pd.DataFrame(rows)
     totals = table.groupby("policy", sort=False)[["violation_minutes", "restart_violation_minutes",
@@ -240,6 +266,10 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                  f"{p}: {t.loc[p, 'violation_minutes']:.0f} min, {t.loc[p, 'instance_hours']:.0f} inst-h, "
                  f"{t.loc[p, 'reconfigurations_per_day']:.1f}/day" for p in t.index)]
     figures = {f"capacity_{tr}": _figure(tr, timelines, ctx.workdir) for tr in traces}
+    metrics.update({f"calibration.{k}": float(v) for k, v in calibration.items()})
+    lines.append("- augury's model was learned from a warm-up recording (ingest -> Spark -> calibrate): calibration "
+                 f"trust {calibration['calibration_trust']:.2f}; largest relative error against the truth "
+                 f"{max((abs(v) for k, v in calibration.items() if k != 'calibration_trust'), default=0.0):.1%}.")
     return ExperimentResult(
         params={"traces": ",".join(traces), "policies": ",".join(POLICIES), **params.__dict__, "days": days},
         metrics=metrics, tables={"runs": table, "totals": totals}, figures=figures, summary="\n".join(lines))

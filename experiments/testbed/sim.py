@@ -233,6 +233,11 @@ class Testbed:
                     self._log("restart_done", self._names[v])
             self._apply_controls()
 
+    @property
+    def epoch0_s(self) -> float:
+        """The metrics clock (epoch seconds) at simulated time 0: timestamps are this + simulated s."""
+        return self._epoch0
+
     # ------------------------------------------------------------ MetricsSource
     def read(self, since_s: float | None = None) -> MetricsBatch:
         """Complete windows that ended after ``since_s`` (epoch seconds of the testbed clock)."""

@@ -119,7 +119,7 @@ def test_loop_scales_up_before_a_forecast_rise():
     job, loop = _loop(None)
     loop.run(iterations=6, wait=job.advance)
     assert loop.trust.state == "trusted" and job.applied == []
-    loop.load_forecast = lambda now_s, lead_s: 3000.0  # the forecast sees a rise the offered rate has not
+    loop.decider.load_forecast = lambda now_s, lead_s: 3000.0  # the forecast sees a rise the offered rate has not
     steps = loop.run(iterations=6, wait=job.advance)
     assert len(job.applied) == 1 and job.rate == 1000.0
     scale = next(s for s in steps if s.result.applied)

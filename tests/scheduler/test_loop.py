@@ -6,6 +6,7 @@ import pytest
 from modeler.modelfile import parse_model_text
 from scheduler.loop import ControlLoop, GuardRails, LoopConfig, clamp_config, format_step, in_blackout
 from scheduler.state import InMemoryStateStore, SQLiteStateStore
+from scheduler.targets import Targets
 from scheduler.trust import TrustConfig
 from tests.scheduler.synth import T0, Flaky, FluidJob, model_text
 
@@ -151,10 +152,11 @@ def test_a_scale_down_that_did_not_help_is_undone_and_blacklisted():
     from modeler.queueing import predict
     from scheduler.state import load_band
 
-    job, model, cfg = _setup(rate=1500.0, config={"a": 8, "b": 4}, evaluate_after_s=20.0, catch_up_s=30.0,
+    job, model, cfg = _setup(rate=1500.0, config={"a": 8, "b": 4}, evaluate_after_s=20.0,
+                             targets=Targets(catch_up_s=30.0),
                              guard=GuardRails(stabilization_s=30, settle_s=0, scale_down_delay_s=0))
 
-    def too_small(m, rate):
+    def too_small(m, rate, targets):
         c = {"source": 1, "a": 1, "b": 1}
         return SimpleNamespace(config=c, feasible=True, prediction=predict(m, c, rate), reasons=())
 

@@ -1,0 +1,456 @@
+"""The three deciders: model (one-step plan), reactive (Dhalion-style) and pre-emptive.
+
+Each implements ``scheduler.decision.Decider``: ``decide(evaluation, context) -> Decision``.
+The control loop asks the *primary* decider (model or pre-emptive) while the trust monitor
+trusts the model, the reactive decider otherwise, and always takes the reactive decider's
+instance restarts and data-skew reports (``combine``). Rates tuples/s, times s, latency ms.
+
+* ``ModelDecider``: when the configuration in force leaves the utilization band (or misses the
+  latency SLO, or saturates) at the offered rate (or at the forecast over the lead time, with a
+  ``load_forecast``) in ``confirm_windows`` consecutive windows, or when, inside the band, a plan
+  for the offered rate needs at least ``scale_down_saving`` fewer instances: plan in one step
+  (``scheduler.plan.plan``) for ``max(offered, forecast)``, a backlog drained within
+  ``targets.catch_up_s`` with the hottest instance at most ``catch_up_utilization`` busy.
+* ``ReactiveDecider``: the reactive resolvers (``scheduler.reactive.resolve``): DS2 sizing of
+  every under-provisioned operator, scale-down by the peak offered rate over the scale-down
+  window, slow instances restarted, data skew reported.
+* ``PreemptiveDecider``: every ``replan_s`` (and at once when the measured load runs past
+  ``reactive_trigger`` of the capacity in force: a forecast miss) forecast the load at
+  ``quantile`` from the rate history (what the user's history store or series holds, then what
+  the loop measured) and build a timeline with ``scheduler.schedule.schedule``; apply each
+  reconfiguration when it is due, with the model decider's plan as a floor (per operator, the
+  larger of the two; the floor holds until the next re-plan).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import pandas as pd
+
+from modeler.modelfile import JobModel
+from modeler.queueing import predict
+from scheduler.decision import Decision, DecisionContext, DecisionKind, no_action
+from scheduler.reactive import Proposal, ReactiveConfig, resolve
+from scheduler.targets import Targets
+
+Planner = Callable[[JobModel, float, Targets], Any]
+"""``(model, rate, targets) -> Plan`` (``.config``, ``.feasible``, ``.prediction``, ``.reasons``)."""
+LoadForecast = Callable[[float, "float | None"], "float | None"]
+"""``(now_s, lead_time_s) -> the highest forecast input rate (tuples/s) until a change decided
+now is in place`` or None (``scheduler.forecasting.HistoryLoadForecast``)."""
+
+
+def default_planner(model: JobModel, rate: float, targets: Targets):
+    from scheduler.plan import PlanConfig, plan
+
+    return plan(model, rate, PlanConfig(targets))
+
+
+def _fmt(config: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.items())
+
+
+def _err(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def undo_decision(evaluation, context: DecisionContext) -> Decision | None:
+    """Go back when a logged scale-down did not help (the evaluate stage's verdict)."""
+    for a in getattr(evaluation, "actions", ()):
+        if a.undo is not None:
+            return Decision(kind=DecisionKind.UNDO, path="guard", config=dict(a.undo), diagnosis="undo",
+                            reasons=(f"action {a.action_id} (scale-down) did not help: back to {_fmt(a.undo)}",),
+                            operators=tuple(k for k in a.undo if a.undo[k] != context.config.get(k)))
+    return None
+
+
+# ------------------------------------------------------------------ model
+
+
+@dataclass(frozen=True)
+class ModelDeciderConfig:
+    """When the model decider acts."""
+
+    utilization_band: tuple[float, float] = (0.3, 0.85)
+    """Act only when the predicted hottest utilization leaves this band (fractions)."""
+    confirm_windows: int = 2
+    """Above the band in this many consecutive windows of the configuration in force before acting."""
+    catch_up_utilization: float = 0.9
+    """While a backlog drains the hottest instance may run this busy: the plan is for
+    ``max(rate, (rate + backlog / catch_up_s) x utilization_target / catch_up_utilization)``."""
+    scale_down_saving: float = 0.1
+    """Inside the band, scale down when a plan for the rate needs at least this fraction fewer
+    instances than the configuration in force (and at least one)."""
+
+
+class ModelDecider:
+    """One-step plans from the (trusted) model. ``load_forecast``: optional forecast sizing."""
+
+    path = "model"
+
+    def __init__(self, config: ModelDeciderConfig = ModelDeciderConfig(), planner: Planner | None = None,
+                 load_forecast: LoadForecast | None = None) -> None:
+        self.config = config
+        self.planner = planner or default_planner
+        self.load_forecast = load_forecast
+
+    def _forecast(self, ctx: DecisionContext) -> tuple[float | None, str | None]:
+        if self.load_forecast is None:
+            return None, None
+        try:
+            ahead = self.load_forecast(ctx.now_s, ctx.lead_time_s)
+        except Exception as err:  # noqa: BLE001 - a failed forecast leaves the offered-rate sizing
+            return None, f"forecast unavailable ({_err(err)})"
+        if ahead is None or not math.isfinite(float(ahead)) or float(ahead) < 0:
+            return None, None
+        return float(ahead), None
+
+    def _state(self, model: JobModel, config: Mapping[str, int], rate: float, targets: Targets):
+        known = {k: v for k, v in config.items() if k in model.config}
+        pred = predict(model, known, rate)
+        hottest = max((o.max_utilization for o in pred.operators.values()), default=0.0)
+        lat = pred.latency_ms.get(targets.latency_stat)
+        slo_miss = targets.latency_slo_ms is not None and (lat is None or lat > targets.latency_slo_ms)
+        high = pred.saturated or hottest > self.config.utilization_band[1] or slo_miss
+        return pred, hottest, lat, slo_miss, high
+
+    def decide(self, evaluation, ctx: DecisionContext) -> Decision:
+        w = evaluation.window
+        if w is None:
+            return no_action(self.path, ("no new settled metrics",))
+        c, t, model = self.config, ctx.targets, ctx.model
+        current = dict(ctx.config)
+        offered = w.offered_rate
+        ahead, note = self._forecast(ctx)
+        rate = max(offered, ahead) if ahead is not None else offered
+        rate = t.planned_rate(rate)
+        pred, hottest, lat, slo_miss, high = self._state(model, current, rate, t)
+        lo, hi = c.utilization_band
+        drained = w.backlog <= max(offered, 1.0)
+        low = not high and hottest < lo and drained
+        plan = None
+        if not (high or low) and drained and hottest < t.utilization_target:
+            # Inside the band but sized for more than the rate needs: scale down when it saves.
+            plan = self.planner(model, rate, t)
+            variable = [k for k in current if k in model.config and not model.operator(k).is_source]
+            now_n = sum(current[k] for k in variable)
+            plan_n = sum(int(plan.config.get(k, current[k])) for k in variable)
+            low = plan.feasible and now_n - plan_n >= max(1.0, c.scale_down_saving * now_n)
+        if not (high or low):
+            return no_action(self.path, (f"model: hottest instance at {hottest:.0%} of the band "
+                                         f"{lo:.0%}-{hi:.0%} at {rate:,.0f}/s",) + ((note,) if note else ()))
+        if high and c.confirm_windows > 1:
+            same = [h for h in ctx.history[:-1] if dict(h.config) == current][-(c.confirm_windows - 1):]
+            confirmed = len(same) == c.confirm_windows - 1 and all(
+                self._state(model, current, t.planned_rate(max(h.offered_rate, ahead or 0.0)), t)[4] for h in same)
+            if not confirmed:
+                return no_action(self.path, (f"model: out of band at {rate:,.0f}/s; waiting for "
+                                             f"{c.confirm_windows} consecutive windows",))
+        eff = rate
+        if high and w.backlog > 0:
+            drain = rate + w.backlog / t.catch_up_s
+            eff = max(rate, drain * t.utilization_target / c.catch_up_utilization)
+        if plan is None or eff != rate:
+            plan = self.planner(model, eff, t)
+        target = {k: int(plan.config.get(k, v)) for k, v in current.items()}
+        why = ("saturated" if pred.saturated else
+               f"{t.latency_stat} latency {lat} ms > SLO {t.latency_slo_ms} ms" if slo_miss else
+               f"hottest instance at {hottest:.0%} (band {lo:.0%}-{hi:.0%})" if high or hottest < lo else
+               f"hottest instance at {hottest:.0%}, sized for more than the offered rate needs")
+        load = (f"{offered:,.0f}/s offered" if ahead is None or ahead <= offered else
+                f"{ahead:,.0f}/s forecast within the lead time ({offered:,.0f}/s offered now)")
+        reasons = [f"model: at {load} the configuration in force is {why}",
+                   f"planned for {eff:,.0f}/s (backlog {w.backlog:,.0f} drained within "
+                   f"{t.catch_up_s:g}s at <= {c.catch_up_utilization:.0%} busy): "
+                   f"{_fmt(target)}" + ("" if plan.feasible else " (closest; infeasible)")]
+        reasons += list(getattr(plan, "reasons", ()))[:3]
+        if note:
+            reasons.append(note)
+        p = plan.prediction
+        expected = {"busy_max": max((o.max_utilization for o in p.operators.values()), default=0.0),
+                    "throughput": p.throughput, "backpressure_max": 0.0}
+        if p.latency_ms.get(t.latency_stat) is not None:
+            expected[f"latency_{t.latency_stat}_ms"] = p.latency_ms[t.latency_stat]
+        changed = tuple(k for k in target if target[k] != current.get(k))
+        if not changed:
+            return no_action(self.path, tuple(reasons[:1]) + ("the plan is the configuration in force",))
+        return Decision(kind=DecisionKind.SCALE, path=self.path, config=target, operators=changed,
+                        diagnosis="planned", reasons=tuple(reasons), expected=expected)
+
+
+# ------------------------------------------------------------------ reactive
+
+
+class ReactiveDecider:
+    """The reactive policy's resolvers as a decider. ``peak_window_s``: a scale-down sizes for the
+    highest offered rate over this many seconds (the guard's scale-down delay)."""
+
+    path = "reactive"
+
+    def __init__(self, config: ReactiveConfig = ReactiveConfig(), peak_window_s: float = 300.0) -> None:
+        self.config = config
+        self.peak_window_s = peak_window_s
+
+    def decide(self, evaluation, ctx: DecisionContext) -> Decision:
+        w = evaluation.window
+        if w is None:
+            return no_action(self.path, ("no new settled metrics",))
+        current = dict(ctx.config)
+        offered = [{s.operator: s.arrival_rate for s in h.sources} for h in ctx.history
+                   if h.end_s > ctx.now_s - self.peak_window_s and dict(h.config) == current]
+        proposals = resolve(w, evaluation.diagnoses, ctx.model, offered, self.config,
+                            history=ctx.history, targets=ctx.targets)
+        return proposals_decision(self.path, proposals)
+
+
+def _proposal_decision(path: str, p: Proposal) -> Decision:
+    return Decision(kind=DecisionKind(p.kind), path=path, config=dict(p.config) if p.config else None,
+                    operators=tuple(p.operators), diagnosis=p.diagnosis, instance=p.instance,
+                    reasons=tuple(p.reasons), expected=dict(p.expected))
+
+
+def proposals_decision(path: str, proposals: Sequence[Proposal]) -> Decision:
+    """The reactive proposals as one decision: a scale first, instance restarts as fallbacks,
+    data-skew reports attached."""
+    reports = tuple(p for p in proposals if p.kind == "report_skew")
+    actions = [_proposal_decision(path, p) for p in proposals if p.kind == "scale"]
+    actions += [_proposal_decision("reactive", p) for p in proposals if p.kind == "restart_instance"]
+    if not actions:
+        reasons = tuple(f"data skew on {r.operators[0]}: {r.reasons[-1]}" for r in reports)
+        return no_action(path, reasons, reports)
+    first, rest = actions[0], tuple(actions[1:])
+    from dataclasses import replace
+
+    return replace(first, reports=reports, fallbacks=rest)
+
+
+def combine(primary: Decision | None, reactive: Decision) -> Decision:
+    """The primary decider's decision (trusted model) with the reactive decider's instance
+    restarts as fallbacks and its reports; the reactive decision alone when there is no primary."""
+    from dataclasses import replace
+
+    if primary is None:
+        return reactive
+    restarts = tuple(d for d in (reactive,) + tuple(reactive.fallbacks)
+                     if d.kind == DecisionKind.RESTART_INSTANCE)
+    reports = reactive.reports
+    if primary.kind == DecisionKind.SCALE:
+        return replace(primary, reports=reports, fallbacks=tuple(primary.fallbacks) + restarts)
+    if restarts:
+        return replace(restarts[0], reasons=tuple(primary.reasons) + tuple(restarts[0].reasons),
+                       reports=reports, fallbacks=restarts[1:])
+    reasons = tuple(primary.reasons) + tuple(f"data skew on {r.operators[0]}: {r.reasons[-1]}" for r in reports)
+    return replace(primary, reports=reports, reasons=reasons)
+
+
+# ------------------------------------------------------------------ pre-emptive
+
+
+@dataclass(frozen=True)
+class PreemptiveConfig:
+    """The pre-emptive decider. Times in the forecast's seconds (``clock``), rates tuples/s."""
+
+    quantile: float = 0.9
+    """Forecast quantile the schedule plans for (0 < q < 1)."""
+    forecast_step_s: float = 900.0
+    """Grid of the rate history handed to the forecaster (s)."""
+    horizon_s: float = 30 * 3600.0
+    """Forecast horizon of each re-plan (s)."""
+    lead_time_s: float = 600.0
+    """A scale-up is issued this long before its segment (s): restart time plus a margin."""
+    stabilization_s: float = 3600.0
+    """The forecast must stay low this long before a planned scale-down (s)."""
+    max_reconfigurations_per_day: int = 6
+    """Most planned changes in any 24 h, counting those already made."""
+    replan_s: float = 2 * 3600.0
+    """Periodic re-plan interval (s)."""
+    refit_s: float = 86400.0
+    """The forecaster is re-fitted this often (s); re-plans in between condition the fitted
+    forecaster on the newest history (cheap)."""
+    reactive_trigger: float = 0.9
+    """Re-plan at once, with the measured load as the floor, when a window's measured input
+    exceeds this fraction of the capacity (at the utilization target) of the configuration in
+    force: the load is rising past the forecast."""
+    quiet_s: float = 900.0
+    """After such a re-plan, no other one for this long (s)."""
+    history_days: float = 21.0
+    """Days of rate history the forecaster sees."""
+    method: str = "auto"
+    """``modeler.forecast.Forecaster`` method."""
+
+
+def epoch_clock(now_s: float) -> pd.Timestamp:
+    """Source seconds -> UTC timestamp (naive): a live engine's clock."""
+    return pd.Timestamp(float(now_s), unit="s")
+
+
+def scaled_clock(origin_s: float, start: pd.Timestamp, time_scale: float) -> Callable[[float], pd.Timestamp]:
+    """Source seconds -> forecast time when the source runs ``time_scale`` times faster than the
+    history it forecasts (a compressed testbed replay): ``start`` at ``origin_s``."""
+    start = pd.Timestamp(start)
+
+    def clock(now_s: float) -> pd.Timestamp:
+        return start + pd.Timedelta(seconds=(float(now_s) - origin_s) * time_scale)
+    return clock
+
+
+class PreemptiveDecider:
+    """Forecast -> schedule -> apply each change when due, with the model decider as the floor.
+
+    ``read_history()``: the rate history before the loop started (tuples/s, DatetimeIndex in
+    forecast time; e.g. ``scheduler.forecasting.store_history``), None for none: the loop's
+    own measurements are appended. ``clock``: source seconds -> forecast time. Inspection:
+    ``schedules_`` (every schedule built), ``forecast_methods_``, ``reactive_replans_``.
+    """
+
+    path = "preemptive"
+
+    def __init__(self, config: PreemptiveConfig = PreemptiveConfig(),
+                 read_history: Callable[[], pd.Series] | None = None, floor: ModelDecider | None = None,
+                 clock: Callable[[float], pd.Timestamp] = epoch_clock) -> None:
+        self.config = config
+        self.read_history = read_history
+        self.floor = floor or ModelDecider()
+        self.clock = clock
+        self.schedules_: list = []
+        self.forecast_methods_: list[str] = []
+        self.reactive_replans_ = 0
+        self._fitted = None
+        self._fitted_at: pd.Timestamp | None = None
+        self._next_replan: pd.Timestamp | None = None
+        self._quiet_until: pd.Timestamp | None = None
+        self._floor: dict[str, int] | None = None
+        self._measured: dict[pd.Timestamp, float] = {}
+        self._capacity: dict[tuple, float] = {}
+        self._plans: dict = {}
+        self._plans_key: tuple | None = None
+        self._base: pd.Series | None = None
+
+    def capacity(self, model: JobModel, config: Mapping[str, int], targets: Targets) -> float:
+        """Input rate at which ``config``'s hottest instance reaches the utilization target."""
+        key = (id(model), tuple(sorted(config.items())), targets.utilization_target)
+        if key not in self._capacity:
+            self._capacity[key] = predict(model, dict(config), 0.0).max_rate * targets.utilization_target
+        return self._capacity[key]
+
+    def history(self, now: pd.Timestamp) -> pd.Series:
+        """The rate history on the forecast grid up to ``now``: the given history, then what was
+        measured (complete grid steps only)."""
+        step = pd.Timedelta(seconds=self.config.forecast_step_s)
+        parts = []
+        if self._measured:
+            m = pd.Series(self._measured).sort_index()
+            binned = m.resample(step, origin="epoch").mean().dropna()
+            binned = binned[binned.index + step <= now]
+            parts.append(binned)
+        if self.read_history is not None:
+            if self._base is None:
+                from scheduler.forecasting import _naive_utc
+
+                base = _naive_utc(self.read_history())
+                native = pd.Timedelta(base.index.to_series().diff().median())
+                if len(base) > 1 and native < step:
+                    base = base.resample(step, origin="epoch").mean()
+                self._base = base.interpolate(limit_direction="both")
+            base = self._base
+            first = parts[0].index[0] if parts and len(parts[0]) else now
+            base = base[(base.index < first) & (base.index + step <= now)
+                        & (base.index >= now - pd.Timedelta(days=self.config.history_days))]
+            parts.insert(0, base)
+        parts = [p for p in parts if len(p)]
+        return pd.concat(parts) if parts else pd.Series(dtype=float)
+
+    def _replan(self, now: pd.Timestamp, measured: float, ctx: DecisionContext, keep_current: bool) -> None:
+        import numpy as np
+
+        from modeler.forecast import Forecaster
+        from scheduler.plan import PlanConfig
+        from scheduler.schedule import ScheduleConfig, schedule
+
+        p = self.config
+        history = self.history(now)
+        if len(history) < 3:
+            raise ValueError(f"{len(history)} steps of rate history: too few to forecast")
+        if self._fitted is None or self._fitted_at is None or (now - self._fitted_at).total_seconds() >= p.refit_s:
+            self._fitted, self._fitted_at = Forecaster(method=p.method).fit(history), now
+        else:
+            self._fitted = self._fitted.update(history)
+        steps = int(math.ceil(p.horizon_s / p.forecast_step_s)) + 1
+        fc = self._fitted.forecast(steps, quantiles=(p.quantile,))
+        forecast = pd.Series(np.asarray(fc.quantiles[p.quantile], float), index=pd.DatetimeIndex(fc.timestamps))
+        forecast = forecast[forecast.index > now]
+        cfg = ScheduleConfig(lead_time_s=p.lead_time_s, stabilization_s=p.stabilization_s,
+                             max_reconfigurations_per_day=p.max_reconfigurations_per_day,
+                             plan=PlanConfig(ctx.targets))
+        key = (id(ctx.model), ctx.targets)
+        if key != self._plans_key:
+            self._plans, self._plans_key = {}, key
+        recent = [self.clock(t) for t in ctx.recent_changes_s]
+        recent = [t for t in recent if t > now - pd.Timedelta(days=1)]
+        sched = schedule(ctx.model, forecast, float(measured), cfg, now=now,
+                         current_config=dict(ctx.config) if keep_current else None,
+                         recent_issues=recent, plan_cache=self._plans)
+        self.schedules_.append(sched)
+        self.forecast_methods_.append(self._fitted.method)
+        self._schedule = sched
+        self._floor = None
+
+    def decide(self, evaluation, ctx: DecisionContext) -> Decision:
+        w = evaluation.window
+        if w is None:
+            return no_action(self.path, ("no new settled metrics",))
+        p = self.config
+        now = self.clock(ctx.now_s)
+        window_len = now - self.clock(w.start_s)
+        measured = w.offered_rate
+        self._measured[self.clock(w.start_s)] = measured
+        current = dict(ctx.config)
+        scheduled = getattr(self, "_schedule", None) is not None
+        hot = (scheduled and (self._quiet_until is None or now >= self._quiet_until)
+               and measured > p.reactive_trigger * self.capacity(ctx.model, current, ctx.targets))
+        notes: list[str] = []
+        if self._next_replan is None or now >= self._next_replan or hot:
+            try:
+                self._replan(now, measured, ctx, keep_current=scheduled)
+                if hot and self._next_replan is not None and now < self._next_replan:
+                    self.reactive_replans_ += 1
+                    self._quiet_until = now + pd.Timedelta(seconds=p.quiet_s)
+                    notes.append(f"re-planned at once: measured {measured:,.0f}/s is past "
+                                 f"{p.reactive_trigger:.0%} of the capacity in force")
+                if self._next_replan is None:
+                    self._next_replan = now
+                while self._next_replan <= now:
+                    self._next_replan += pd.Timedelta(seconds=p.replan_s)
+            except Exception as err:  # noqa: BLE001 - no forecast: the model decider alone
+                notes.append(f"no schedule ({_err(err)}): the model decider alone")
+                if not scheduled:
+                    return self.floor.decide(evaluation, ctx)
+        floor = self.floor.decide(evaluation, ctx)
+        if floor.kind == DecisionKind.SCALE:
+            self._floor = dict(floor.config)
+        sched = self._schedule
+        due = [r for r in sched.reconfigurations if r.issue_at <= now + window_len]
+        target = dict(due[-1].config) if due else dict(current)
+        reasons = list(notes)
+        if due:
+            reasons.append(f"schedule ({p.quantile:g} quantile forecast): {due[-1].reason}")
+        if self._floor:
+            raised = {k: max(int(v), int(self._floor.get(k, v))) for k, v in target.items()}
+            if raised != target:
+                reasons += [f"floor from the model decider: {r}" for r in floor.reasons[:2]]
+            target = raised
+        target = {**current, **{k: int(v) for k, v in target.items() if k in current}}
+        changed = tuple(k for k in target if target[k] != current[k])
+        if not changed:
+            return no_action(self.path, tuple(reasons) or ("the schedule keeps the configuration in force",))
+        pred = predict(ctx.model, {k: v for k, v in target.items() if k in ctx.model.config}, measured)
+        expected = {"busy_max": max((o.max_utilization for o in pred.operators.values()), default=0.0),
+                    "throughput": pred.throughput, "backpressure_max": 0.0}
+        lat = pred.latency_ms.get(ctx.targets.latency_stat)
+        if lat is not None:
+            expected[f"latency_{ctx.targets.latency_stat}_ms"] = lat
+        return Decision(kind=DecisionKind.SCALE, path=self.path, config=target, operators=changed,
+                        diagnosis="planned", reasons=tuple(reasons) + (f"to {_fmt(target)}",), expected=expected)
