@@ -48,6 +48,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_ENVIRONMENT_MODULES = ("py4j", "pyspark", "mlflow", "requests", "urllib3", "sqlalchemy")
+"""Errors raised from these libraries are environment failures (Spark's JVM, the tracking
+store): exit 3 with one line."""
+
+
+def environment_failure(err: BaseException) -> str | None:
+    """The one-line message of an environment failure (exit 3), or None when ``err`` is not one.
+
+    The one mapping for errors augury did not raise itself: an ``OSError`` (a read-only or full
+    disk, no permission, a missing file system) names the file; an error from Spark's JVM or the
+    tracking libraries gives its first line (a Java stack trace is cut to its message).
+    """
+    if isinstance(err, OSError):
+        why = err.strerror or str(err) or type(err).__name__
+        where = f"{err.filename}: " if getattr(err, "filename", None) else ""
+        return f"{where}{why} (environment failure)"
+    if (type(err).__module__ or "").startswith(_ENVIRONMENT_MODULES):
+        text = str(err).strip()
+        java = getattr(err, "java_exception", None)  # py4j: "An error occurred while calling o56..."
+        if java is not None:
+            try:
+                text = str(java.toString()).strip() or text
+            except Exception:  # the JVM may be gone
+                pass
+        first = text.splitlines()[0] if text else type(err).__name__
+        return f"{type(err).__name__}: {first[:300]} (environment failure)"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -62,6 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` & co.
         sys.stderr.close()
         return EXIT_OK
+    except Exception as err:
+        what = environment_failure(err)
+        if what is None:
+            raise  # a bug: keep the traceback
+        print(f"augury {args.command}: error: {what}", file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         print(f"augury {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import math
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
+
+from modeler.errors import AuguryError
 
 _PARAM_MAX = 500
 
@@ -55,24 +57,76 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+HTTP_LIMITS: Mapping[str, str] = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+                                   "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                                   "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+"""mlflow's HTTP retry and timeout settings unless the environment sets them: an unreachable
+tracking server fails in seconds (mlflow's defaults retry for ~4 minutes)."""
+
+_TRACKING_MODULES = ("mlflow", "requests", "urllib3", "sqlalchemy", "alembic", "botocore", "google")
+
+
+class TrackingUnavailable(AuguryError):
+    """The mlflow tracking store cannot be reached or written: an environment failure."""
+
+    exit_code = 3
+
+
+def _is_tracking_failure(err: BaseException) -> bool:
+    return isinstance(err, OSError) or (type(err).__module__ or "").startswith(_TRACKING_MODULES)
+
+
 @contextmanager
 def start_run(experiment: str, run_name: str | None = None,
               tags: Mapping[str, str] | None = None) -> Iterator[Any]:
-    """An mlflow run in ``experiment`` (created when missing) on ``tracking_uri()``."""
+    """An mlflow run in ``experiment`` (created when missing) on ``tracking_uri()``.
+
+    A tracking store that cannot be reached or written (a server down, a read-only sqlite file)
+    raises ``TrackingUnavailable`` (exit code 3) naming the URI, after bounded retries
+    (``HTTP_LIMITS``); errors of the run's own body pass through unchanged.
+    """
+    for key, value in HTTP_LIMITS.items():
+        os.environ.setdefault(key, value)
     import mlflow
 
     uri = tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    client = mlflow.MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        experiment_id = client.create_experiment(
-            experiment, artifact_location=_artifact_location(uri, experiment))
-    else:
-        experiment_id = found.experiment_id
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name,
-                          tags=dict(tags or {})) as run:
+    try:
+        mlflow.set_tracking_uri(uri)
+        client = mlflow.MlflowClient(tracking_uri=uri)
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            experiment_id = client.create_experiment(
+                experiment, artifact_location=_artifact_location(uri, experiment))
+        else:
+            experiment_id = found.experiment_id
+        run_cm = mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=dict(tags or {}))
+        run = run_cm.__enter__()
+    except Exception as err:
+        if isinstance(err, AuguryError) or not _is_tracking_failure(err):
+            raise
+        raise _unavailable(uri, err) from None
+    try:
         yield run
+    except BaseException as err:
+        with suppress(Exception):
+            run_cm.__exit__(type(err), err, err.__traceback__)
+        # Only errors raised inside the tracking libraries: the body's own errors keep their meaning.
+        if isinstance(err, Exception) and (type(err).__module__ or "").startswith(_TRACKING_MODULES):
+            raise _unavailable(uri, err) from None
+        raise
+    else:
+        try:
+            run_cm.__exit__(None, None, None)
+        except Exception as err:
+            if not _is_tracking_failure(err):
+                raise
+            raise _unavailable(uri, err) from None
+
+
+def _unavailable(uri: str, err: BaseException) -> TrackingUnavailable:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return TrackingUnavailable(f"the mlflow tracking store is unreachable or not writable ({first[:200]})",
+                               field="MLFLOW_TRACKING_URI", value=uri)
 
 
 def log_params(params: Mapping[str, Any]) -> None:

@@ -3,7 +3,8 @@
 ``HistoryError`` is the root (a bad input: exit code 2 on the command line). ``AdapterError``
 is a file that cannot be read in its declared format at all (rows that are merely invalid are
 quarantined, not raised). ``StoreError`` is a store directory that is missing or corrupt.
-``SparkUnavailable`` is an environment failure (no Java, Spark cannot start): exit code 3.
+``SparkUnavailable`` is an environment failure (no Java, Spark cannot start): exit code 3, as is
+``OutputError`` (an output file that cannot be written: read-only, no permission, disk full).
 """
 
 from __future__ import annotations
@@ -25,5 +26,12 @@ class StoreError(HistoryError):
 
 class SparkUnavailable(HistoryError):
     """Spark could not be started (no Java, bad master URL...): an environment failure."""
+
+    exit_code = 3
+
+
+class OutputError(AuguryError):
+    """An output file cannot be written (read-only, no permission, disk full): an environment
+    failure."""
 
     exit_code = 3

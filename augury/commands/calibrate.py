@@ -38,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
     from modeler.errors import CalibrationError
     from modeler.modelfile import dump_model, load_model
 
+    from history.files import atomic_path, check_writable
+
+    out = Path(args.out)
+    check_writable(out, "--out")  # fail before the work, not after it
     store = MetricStore(args.store)
     ops = store.table("operator_windows", args.job)
     edges = store.table("edge_windows", args.job)
@@ -52,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         since = since.tz_localize("UTC") if since.tzinfo is None else since.tz_convert("UTC")
         ops = ops[ops["window_start"] >= since]
         edges = edges[edges["window_start"] >= since]
+        if ops.empty:  # never write a model of nothing over --out
+            raise CalibrationError("no operator_windows of this job start at or after --since",
+                                   file=args.store, field="--since", value=args.since)
     topology = load_model(args.topology, require_profiles=False) if args.topology else None
     config = CalibrationConfig() if args.min_busy is None else CalibrationConfig(min_busy_fraction=args.min_busy)
     try:
@@ -59,22 +66,31 @@ def run(args: argparse.Namespace) -> int:
     except CalibrationError as err:
         raise err.with_file(args.store)
     model = calibrator.model_
-    out = Path(args.out)
+    if not any(not op.is_source for op in model.operators):
+        raise CalibrationError("no operator could be calibrated: nothing to write", file=args.store,
+                               field="job", value=args.job)
     text = dump_model(model, "json" if out.suffix == ".json" else "yaml")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
 
+    # --out is replaced only when everything succeeded, mlflow included: written to a temporary
+    # file first, renamed over --out at the end (an mlflow failure leaves --out as it was).
     run_id = None
-    if not args.no_track:
-        from experiments import tracking
+    with atomic_path(out, "--out") as tmp:
+        tmp.write_text(text)
+        if not args.no_track:
+            import tempfile
 
-        with tracking.start_run("augury-calibrate", run_name=args.job) as mlrun:
-            tracking.log_params({"job": args.job, "store": str(args.store), "since": args.since,
-                                 "topology": args.topology, "min_busy_fraction": config.min_busy_fraction,
-                                 "windows": len(ops)})
-            tracking.log_metrics({"trust": calibrator.trust_, "calibration": _metrics(calibrator)})
-            tracking.log_artifact(out)
-            run_id = mlrun.info.run_id
+            from experiments import tracking
+
+            with tracking.start_run("augury-calibrate", run_name=args.job) as mlrun:
+                tracking.log_params({"job": args.job, "store": str(args.store), "since": args.since,
+                                     "topology": args.topology, "min_busy_fraction": config.min_busy_fraction,
+                                     "windows": len(ops)})
+                tracking.log_metrics({"trust": calibrator.trust_, "calibration": _metrics(calibrator)})
+                with tempfile.TemporaryDirectory() as staging:  # the artifact keeps --out's name
+                    named = Path(staging) / out.name
+                    named.write_text(text)
+                    tracking.log_artifact(named)
+                run_id = mlrun.info.run_id
 
     summary = {"out": str(out), "job": args.job, "windows": int(len(ops)), "trust": calibrator.trust_,
                "mlflow_run_id": run_id, "model": {op.name: {"parallelism": op.parallelism,

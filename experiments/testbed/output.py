@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from experiments.testbed.errors import TestbedError
+from history.files import atomic_path, write_text
 from history.schema import RAW_SCHEMA
 
 
@@ -72,11 +73,16 @@ def write_outputs(testbed, out_dir: str | Path, wall_s: float | None = None) -> 
     frame = testbed.frame()
     paths = {"metrics_parquet": out / "metrics.parquet", "metrics_csv": out / "metrics.csv",
              "events": out / "events.csv", "summary": out / "summary.json"}
+    # Each file is written to a temporary name and renamed (history.files): a run that fails
+    # (or is killed) midway never leaves a half-written file under a final name.
     table = pa.Table.from_pandas(frame, schema=RAW_SCHEMA, preserve_index=False)
-    pq.write_table(table, paths["metrics_parquet"])
+    with atomic_path(paths["metrics_parquet"], "--out") as tmp:
+        pq.write_table(table, tmp)
     csv = frame.copy()
     csv["ts"] = csv["ts"].dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    csv.to_csv(paths["metrics_csv"], index=False)
-    testbed.events_frame().to_csv(paths["events"], index=False)
-    paths["summary"].write_text(json.dumps(_clean(summary(testbed, wall_s)), indent=2) + "\n")
+    with atomic_path(paths["metrics_csv"], "--out") as tmp:
+        csv.to_csv(tmp, index=False)
+    with atomic_path(paths["events"], "--out") as tmp:
+        testbed.events_frame().to_csv(tmp, index=False)
+    write_text(paths["summary"], json.dumps(_clean(summary(testbed, wall_s)), indent=2) + "\n", "--out")
     return {k: str(v) for k, v in paths.items()}

@@ -74,3 +74,44 @@ def test_unknown_job_and_missing_store(tmp_path, capsys):
     assert main(["calibrate", "--store", str(tmp_path / "none"), "--job", "j", "--out",
                  str(tmp_path / "m.yaml"), "--no-track"]) == 2
     assert "none" in capsys.readouterr().err
+
+
+# ------------------------------------------------ issue 22: no destructive success, atomic --out
+
+
+def test_since_after_every_window_exits_2_and_keeps_the_old_model(tmp_path, capsys):
+    ops, edges = _chain_history(ROWS)
+    store = _store_with(tmp_path, ops, edges)
+    out = tmp_path / "model.yaml"
+    out.write_text("the old model\n")
+    code = main(["calibrate", "--store", str(store), "--job", "j", "--out", str(out), "--since", "2099-01-01",
+                 "--no-track"])
+    assert code == 2 and out.read_text() == "the old model\n"
+    err = capsys.readouterr().err.strip()
+    assert "--since" in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.yaml", "store"]  # no temporary left
+
+
+def test_an_unreachable_mlflow_exits_3_fast_and_keeps_the_old_model(tmp_path, capsys, monkeypatch):
+    ops, edges = _chain_history(ROWS)
+    store = _store_with(tmp_path, ops, edges)
+    out = tmp_path / "model.yaml"
+    out.write_text("the old model\n")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # discard port: connection refused
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    code = main(["calibrate", "--store", str(store), "--job", "j", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 3, err
+    assert out.read_text() == "the old model\n"
+    assert "MLFLOW_TRACKING_URI" in err and "127.0.0.1:9" in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.yaml", "store"]
+
+
+def test_an_unwritable_out_exits_3_before_the_work(tmp_path, capsys):
+    ops, edges = _chain_history(ROWS)
+    store = _store_with(tmp_path, ops, edges)
+    (tmp_path / "file").write_text("x")
+    code = main(["calibrate", "--store", str(store), "--job", "j", "--out", str(tmp_path / "file" / "m.yaml"),
+                 "--no-track"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and "--out" in err and len(err.splitlines()) == 1
