@@ -35,6 +35,7 @@ import networkx as nx
 import yaml
 
 from modeler.errors import ConfigError, ModelError
+from modeler.limits import MAX_KEYS, MAX_MODEL_NUMBER, MAX_OPERATORS, MAX_PARALLELISM
 
 MODEL_VERSION = 1
 GROUPINGS = ("shuffle", "key", "broadcast", "forward")
@@ -270,7 +271,10 @@ class _Ctx:
 
     def number(self, raw: Mapping[str, Any], key: str, where: str, default: Any, *,
                positive: bool = False, non_negative: bool = False, integer: bool = False,
-               allow_none: bool = False) -> Any:
+               allow_none: bool = False, maximum: float = MAX_MODEL_NUMBER) -> Any:
+        """``raw[key]`` checked: a number (an integer when ``integer``), finite, within its
+        bounds and at most ``maximum`` (``modeler.limits``); ints are compared as ints, so a
+        400-digit integer is an error, not an ``OverflowError``."""
         value = raw.get(key, default)
         name = f"{where}.{key}" if where else key
         if value is None:
@@ -279,14 +283,18 @@ class _Ctx:
             raise self.fail("is required", name)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail("must be a number", name, value)
-        if integer and (not float(value).is_integer()):
+        if integer and isinstance(value, float) and not value.is_integer():
             raise self.fail("must be an integer", name, value)
-        if not math.isfinite(float(value)):
+        if isinstance(value, float) and not math.isfinite(value):
             raise self.fail("must be finite", name, value)
         if positive and value <= 0:
             raise self.fail("must be > 0", name, value)
         if non_negative and value < 0:
             raise self.fail("must be >= 0", name, value)
+        if value > maximum:
+            shown = value if isinstance(value, float) or value < 10**18 else f"<{len(str(value))}-digit integer>"
+            raise self.fail(f"must be <= {maximum:,.0f} (the documented limit)" if maximum >= 1
+                            else f"must be <= {maximum:g}", name, shown)
         return int(value) if integer else float(value)
 
     def unknown_keys(self, raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -305,9 +313,12 @@ def _parse_keys(ctx: _Ctx, raw: Any, where: str) -> KeySpec:
         weights = raw["weights"]
         if not isinstance(weights, list) or not weights:
             raise ctx.fail("must be a non-empty list of numbers", f"{where}.weights", weights)
+        if len(weights) > MAX_KEYS:
+            raise ctx.fail(f"at most {MAX_KEYS:,} weights (the documented limit)", f"{where}.weights",
+                           f"{len(weights):,} weights")
         parsed = []
         for i, w in enumerate(weights):
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w <= MAX_MODEL_NUMBER:
                 raise ctx.fail("must be a finite number >= 0", f"{where}.weights[{i}]", w)
             parsed.append(float(w))
         if sum(parsed) <= 0:
@@ -318,7 +329,8 @@ def _parse_keys(ctx: _Ctx, raw: Any, where: str) -> KeySpec:
         raise ctx.fail(f"unknown key distribution (known: {', '.join(KEY_DISTRIBUTIONS)}, or weights)",
                        f"{where}.distribution", distribution)
     exponent = ctx.number(raw, "exponent", where, 1.0, non_negative=True)
-    count = ctx.number(raw, "count", where, None, positive=True, integer=True, allow_none=True)
+    count = ctx.number(raw, "count", where, None, positive=True, integer=True, allow_none=True,
+                       maximum=MAX_KEYS)
     if distribution == "zipf" and count is None:
         raise ctx.fail("zipf needs a key count", f"{where}.count")
     return KeySpec(distribution=distribution, exponent=exponent, count=count)
@@ -337,10 +349,11 @@ def _parse_scaling(ctx: _Ctx, raw: Any, where: str) -> ScalingSpec:
         ps, fs = raw.get("parallelism"), raw.get("factor")
         if not isinstance(ps, list) or not isinstance(fs, list) or len(ps) != len(fs) or not ps:
             raise ctx.fail("needs equal-length, non-empty lists 'parallelism' and 'factor'", where, raw)
-        if any(isinstance(p, bool) or not isinstance(p, int) or p < 1 for p in ps) or ps != sorted(set(ps)):
+        if any(isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= MAX_PARALLELISM for p in ps) \
+                or ps != sorted(set(ps)):
             raise ctx.fail("must be increasing positive integers", f"{where}.parallelism", ps)
-        if any(isinstance(f, bool) or not isinstance(f, (int, float)) or not f > 0 for f in fs):
-            raise ctx.fail("must be numbers > 0", f"{where}.factor", fs)
+        if any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= MAX_MODEL_NUMBER for f in fs):
+            raise ctx.fail("must be finite numbers > 0", f"{where}.factor", fs)
         return ScalingSpec(form=form, parallelism=tuple(ps), factor=tuple(float(f) for f in fs))
     return ScalingSpec()
 
@@ -356,11 +369,12 @@ def _parse_operator(ctx: _Ctx, raw: Any, i: int, require_profiles: bool) -> Oper
     role = raw.get("role", "operator")
     if role not in ROLES:
         raise ctx.fail(f"unknown role (known: {', '.join(ROLES)})", f"{where}.role", role)
-    min_p = ctx.number(raw, "min_parallelism", where, 1, positive=True, integer=True)
-    max_p = ctx.number(raw, "max_parallelism", where, 128, positive=True, integer=True)
+    min_p = ctx.number(raw, "min_parallelism", where, 1, positive=True, integer=True, maximum=MAX_PARALLELISM)
+    max_p = ctx.number(raw, "max_parallelism", where, 128, positive=True, integer=True, maximum=MAX_PARALLELISM)
     if min_p > max_p:
         raise ctx.fail(f"min_parallelism {min_p} > max_parallelism {max_p}", f"{where}.min_parallelism", min_p)
-    parallelism = ctx.number(raw, "parallelism", where, min_p, positive=True, integer=True)
+    parallelism = ctx.number(raw, "parallelism", where, min_p, positive=True, integer=True,
+                             maximum=MAX_PARALLELISM)
     if not min_p <= parallelism <= max_p:
         raise ctx.fail(f"parallelism outside [{min_p}, {max_p}]", f"{where}.parallelism", parallelism)
     service = ctx.number(raw, "service_time_ms", where, None, positive=True, allow_none=True)
@@ -415,7 +429,7 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
         raise ctx.fail("the model file must be a mapping at top level", "(top level)", type(data).__name__)
     ctx.unknown_keys(data, _TOP_KEYS, "")
     version = data.get("augury")
-    if version != MODEL_VERSION:
+    if isinstance(version, bool) or version != MODEL_VERSION:  # True == 1 in Python
         raise ctx.fail(f"unsupported model file version (expected {MODEL_VERSION})", "augury", version)
     job = data.get("job", "job")
     if not isinstance(job, str) or not job:
@@ -427,6 +441,9 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
     raw_ops = data.get("operators")
     if not isinstance(raw_ops, list) or not raw_ops:
         raise ctx.fail("must be a non-empty list", "operators", raw_ops)
+    if len(raw_ops) > MAX_OPERATORS:
+        raise ctx.fail(f"at most {MAX_OPERATORS:,} operators (the documented limit)", "operators",
+                       f"{len(raw_ops):,} operators")
     operators = [_parse_operator(ctx, raw, i, require_profiles) for i, raw in enumerate(raw_ops)]
     names: set[str] = set()
     for i, op in enumerate(operators):
@@ -488,7 +505,12 @@ def parse_model_text(text: str, source: str | None = None, *, require_profiles: 
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         detail = str(err).replace("\n", " ")
         raise ModelError(f"malformed model file: {detail}", file=source) from None
-    return parse_model(data, source, require_profiles=require_profiles)
+    except RecursionError:  # thousands of nested [ or {: no model is that deep
+        raise ModelError("malformed model file: nested too deeply", file=source) from None
+    try:
+        return parse_model(data, source, require_profiles=require_profiles)
+    except RecursionError:
+        raise ModelError("malformed model file: nested too deeply", file=source) from None
 
 
 def load_model(path: str | Path, *, require_profiles: bool = True) -> JobModel:

@@ -24,14 +24,15 @@ def add_series_flags(parser: argparse.ArgumentParser) -> None:
                         help="season length in samples (default: detect the daily cycle; 1 = none)")
 
 
-def positive_int(text: str, flag: str) -> int:
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise UsageError("expected a positive integer", field=flag, value=text) from None
-    if value < 1:
-        raise UsageError("expected a positive integer", field=flag, value=text)
-    return value
+PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+"""Figure formats ``--plot`` writes (matplotlib's)."""
+
+
+def positive_int(text: str, flag: str, maximum: int | None = None) -> int:
+    """An integer in [1, ``maximum``] (``modeler.limits``)."""
+    from modeler.limits import check_number
+
+    return int(check_number(text, flag, minimum=1, maximum=maximum, integer=True))
 
 
 def horizon_s(args: argparse.Namespace) -> float:
@@ -62,6 +63,13 @@ def read_regular_series(path: str, time_col: str | None, value_col: str | None,
     from modeler.forecast import regularize, resample
 
     series = load_series(path, time_col=time_col, value_col=value_col)
+    if step_s is not None and len(series) > 1:
+        from modeler.limits import MAX_STEPS
+
+        span_s = (series.index.max() - series.index.min()).total_seconds()
+        if span_s / step_s > MAX_STEPS:  # checked before the grid is built
+            raise UsageError(f"the series spans {span_s:,.0f} s: more than {MAX_STEPS:,} steps of this size "
+                             "(the documented limit)", field="--step", value=f"{step_s:g}s")
     try:
         if step_s is not None:
             means = resample(series, step_s, name=path)  # validates the values
@@ -75,13 +83,21 @@ def read_regular_series(path: str, time_col: str | None, value_col: str | None,
 
 
 def horizon_steps(horizon: float, step_s: float) -> int:
-    return max(1, math.ceil(horizon / step_s - 1e-9))
+    from modeler.limits import MAX_STEPS
+
+    steps = max(1, math.ceil(horizon / step_s - 1e-9))
+    if steps > MAX_STEPS:
+        raise UsageError(f"{steps:,} steps of {step_s:g} s: more than {MAX_STEPS:,} (the documented limit)",
+                         field="--horizon", value=f"{horizon:g}s")
+    return steps
 
 
 def check_plot_path(plot: str | None) -> None:
     from pathlib import Path
 
     if plot:
+        if Path(plot).suffix.lower() not in PLOT_SUFFIXES:  # checked before the computation
+            raise UsageError(f"the plot must end in {', '.join(PLOT_SUFFIXES)}", field="--plot", value=plot)
         plot_dir = Path(plot).expanduser().resolve().parent
         if not plot_dir.is_dir():
             raise UsageError("the plot's directory does not exist", field="--plot", value=plot)

@@ -67,10 +67,11 @@ def _quantiles(text: str) -> tuple[float, ...]:
 def run(args: argparse.Namespace) -> int:
     from modeler.errors import ForecastError
     from modeler.forecast import Forecaster, backtest
+    from modeler.limits import MAX_FOLDS
 
     horizon_s = _horizon_s(args)
     quantiles = _quantiles(args.quantiles)
-    folds = _positive_int(args.folds, "--folds")
+    folds = _positive_int(args.folds, "--folds", MAX_FOLDS)
     step_s, season = series_options(args)
     check_plot_path(args.plot)
 

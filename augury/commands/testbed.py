@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from augury.commands._common import parse_config, parse_duration_s, parse_positive_float, print_json
 from augury.errors import UsageError
@@ -52,39 +53,43 @@ def _help(parser):
     return show
 
 
-def _int(text: str, flag: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise UsageError("expected an integer", field=flag, value=text) from None
-    if value < minimum:
-        raise UsageError(f"must be >= {minimum}", field=flag, value=text)
-    return value
+def _int(text: str, flag: str, minimum: int, maximum: int | None = None) -> int:
+    from modeler.limits import check_number
+
+    return int(check_number(text, flag, minimum=minimum, maximum=maximum, integer=True))
 
 
 def run(args: argparse.Namespace) -> int:
     from experiments.testbed import Testbed, TestbedConfig, load_faults, load_trace
     from experiments.testbed.config import load_testbed_config
     from experiments.testbed.output import summary, write_outputs
+    from modeler.limits import MAX_QUEUE, MAX_WINDOWS, MIN_WINDOW_S
     from modeler.modelfile import load_model
 
     duration = parse_duration_s(args.duration, "--duration")
     if duration <= 0:
         raise UsageError("must be > 0", field="--duration", value=args.duration)
     window = parse_duration_s(args.window, "--window")
-    if window <= 0:
-        raise UsageError("must be > 0", field="--window", value=args.window)
-    seed = _int(args.seed, "--seed", 0)
+    if window < MIN_WINDOW_S:
+        raise UsageError(f"must be >= {MIN_WINDOW_S * 1000:g} ms (the documented limit)", field="--window",
+                         value=args.window)
+    if duration / window > MAX_WINDOWS:  # checked before the simulation allocates them
+        raise UsageError(f"--duration / --window is more than {MAX_WINDOWS:,} windows (the documented limit)",
+                         field="--window", value=args.window)
+    seed = _int(args.seed, "--seed", 0, 2**63 - 1)
     speedup = parse_positive_float(args.speedup, "--speedup")
     if speedup <= 0:
         raise UsageError("must be > 0", field="--speedup", value=args.speedup)
     config = parse_config(args.config)
     kwargs = {"seed": seed, "window_s": window}
     if args.queue is not None:
-        kwargs["queue_capacity"] = _int(args.queue, "--queue", 1)
+        kwargs["queue_capacity"] = _int(args.queue, "--queue", 1, MAX_QUEUE)
     if args.restart is not None:
         kwargs["restart_s"] = parse_duration_s(args.restart, "--restart")
+    from history.files import check_writable
+
     model = load_model(args.model)
+    check_writable(Path(args.out) / "summary.json", "--out")  # before the simulation, not after it
     if args.trace:
         peak = parse_positive_float(args.peak_rate, "--peak-rate") if args.peak_rate else None
         load = load_trace(args.trace, speedup=speedup, peak_rate=peak, start=args.trace_start,
