@@ -32,6 +32,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from modeler.limits import MAX_PARALLELISM
 from modeler.modelfile import JobModel
 from modeler.queueing import LATENCY_STATS, CompiledModel, Prediction, compile_model, predict, predict_batch
 from scheduler.errors import ProposalError, SchedulerError
@@ -239,6 +240,11 @@ def parse_proposal(data: Any, file: str | None = None) -> dict[str, int]:
 def _int(value: Any, file: str | None, field: str) -> int:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer() or value < 1:
+    # ints are compared as ints: a 400-digit parallelism is an error, not an OverflowError
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (isinstance(value, float) and not value.is_integer()) or value < 1:
         raise ProposalError("parallelism must be a positive integer", file=file, field=field, value=value)
+    if value > MAX_PARALLELISM:
+        raise ProposalError(f"parallelism must be <= {MAX_PARALLELISM:,} (the documented limit)", file=file,
+                            field=field, value=value if value < 10**18 else f"<{len(str(int(value)))}-digit integer>")
     return int(value)

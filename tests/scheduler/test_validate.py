@@ -90,6 +90,7 @@ def test_proposal_shapes(data, expected, tmp_path):
 @pytest.mark.parametrize("text,field", [
     ('{"nope": 2}', "nope"), ('{"split": 0}', "split"), ('{"split": "x"}', "split"),
     ('{"split": {"parallelism": {"lowerBound": 1}}}', "split.parallelism"), ("[1]", None), ("{", None),
+    ('{"split": ' + "9" * 400 + "}", "split"), ('{"split": 1e400}', "split"),  # no OverflowError (issue 22)
 ])
 def test_bad_proposals_name_file_and_field(text, field, tmp_path):
     path = tmp_path / "p.json"
