@@ -126,8 +126,8 @@ class ModelDecider:
         offered = w.offered_rate
         ahead, note = self._forecast(ctx)
         rate = max(offered, ahead) if ahead is not None else offered
-        rate = t.planned_rate(rate)
-        pred, hottest, lat, slo_miss, high = self._state(model, current, rate, t)
+        # the configuration in force is judged at the rate with the headroom; plans add it themselves
+        pred, hottest, lat, slo_miss, high = self._state(model, current, t.planned_rate(rate), t)
         lo, hi = c.utilization_band
         drained = w.backlog <= max(offered, 1.0)
         low = not high and hottest < lo and drained
@@ -425,9 +425,13 @@ class PreemptiveDecider:
                 while self._next_replan <= now:
                     self._next_replan += pd.Timedelta(seconds=p.replan_s)
             except Exception as err:  # noqa: BLE001 - no forecast: the model decider alone
-                notes.append(f"no schedule ({_err(err)}): the model decider alone")
+                note = f"no schedule ({_err(err)}): the model decider alone"
                 if not scheduled:
-                    return self.floor.decide(evaluation, ctx)
+                    d = self.floor.decide(evaluation, ctx)
+                    from dataclasses import replace as _replace
+
+                    return _replace(d, reasons=tuple(d.reasons) + (note,))
+                notes.append(note)
         floor = self.floor.decide(evaluation, ctx)
         if floor.kind == DecisionKind.SCALE:
             self._floor = dict(floor.config)

@@ -1,0 +1,97 @@
+"""Each decider alone, on evaluations built from measured windows of a fluid job (tests/scheduler/synth)."""
+
+import pandas as pd
+import pytest
+
+from modeler.modelfile import parse_model_text
+from scheduler.decision import DecisionContext, DecisionKind
+from scheduler.deciders import (ModelDecider, ModelDeciderConfig, PreemptiveConfig, PreemptiveDecider,
+                                ReactiveDecider, combine)
+from scheduler.loop import Evaluation
+from scheduler.observe import job_windows
+from scheduler.reactive import Diagnosis
+from scheduler.targets import Targets
+from tests.scheduler.synth import FluidJob, model_text
+
+SERVICE = {"a": 1.0, "b": 0.5}
+
+
+def windows(rate, config=None, seconds=40.0):
+    config = config or {"a": 2, "b": 1}
+    job = FluidJob(service_ms=SERVICE, config=dict(config), rate=rate)
+    job.advance(seconds)
+    return tuple(job_windows(job.read(None), sources=["source"]))
+
+
+def setup(rate, config=None, trusted=True, targets=Targets()):
+    config = config or {"a": 2, "b": 1}
+    model = parse_model_text(model_text(SERVICE, config))
+    ws = windows(rate, config)
+    ev = Evaluation(window=ws[-1], trust=None, recalibration=None, recalibration_error=None, symptoms=(),
+                    diagnoses=())
+    ctx = DecisionContext(now_s=ws[-1].end_s, config={"source": 1, **config}, model=model, trusted=trusted,
+                          history=ws, targets=targets)
+    return ev, ctx
+
+
+def test_model_decider_plans_one_step_above_the_band():
+    ev, ctx = setup(1900.0)  # a at 2 x 1 ms: 95 % busy
+    d = ModelDecider().decide(ev, ctx)
+    assert d.kind == DecisionKind.SCALE and d.path == "model" and d.diagnosis == "planned"
+    # one step to the configuration that meets the target at the offered rate
+    assert d.config["a"] * 1000.0 * 0.7 >= 1900.0 and d.config["b"] * 2000.0 * 0.7 >= 1900.0
+    assert d.expected["busy_max"] <= 0.7 + 1e-9 and d.reasons
+
+
+def test_model_decider_waits_for_confirmation_and_holds_in_band():
+    ev, ctx = setup(1900.0)
+    short = DecisionContext(**{**ctx.__dict__, "history": ctx.history[-1:]})
+    assert ModelDecider(ModelDeciderConfig(confirm_windows=2)).decide(ev, short).kind == DecisionKind.NONE
+    ev, ctx = setup(1000.0)  # 50 % busy: inside the band, and the plan saves nothing
+    assert ModelDecider().decide(ev, ctx).kind == DecisionKind.NONE
+
+
+def test_model_decider_follows_the_targets():
+    got = {}
+    for name, targets in {"0.7": Targets(), "0.5": Targets(utilization_target=0.5),
+                          "0.7+50%": Targets(headroom=0.5)}.items():
+        ev, ctx = setup(1900.0, targets=targets)
+        got[name] = ModelDecider().decide(ev, ctx).config["a"]
+    # a at 1 ms: ceil(1,900 / (1,000 x U)) instances, for 1.5 x the rate with the headroom
+    assert got == {"0.7": 3, "0.5": 4, "0.7+50%": 5}
+
+
+def test_reactive_decider_sizes_under_provisioned_operators():
+    ev, ctx = setup(1900.0, trusted=False)
+    diag = Diagnosis(operator="a", causes=("under_provisioned",), scores={"under_provisioned": 1.0}, evidence=())
+    ev = Evaluation(**{**ev.__dict__, "diagnoses": (diag,)})
+    d = ReactiveDecider().decide(ev, ctx)
+    assert d.kind == DecisionKind.SCALE and d.path == "reactive" and d.config["a"] >= 3
+
+
+def test_combine_keeps_restarts_and_reports():
+    ev, ctx = setup(1900.0)
+    primary = ModelDecider().decide(ev, ctx)
+    diag = Diagnosis(operator="a", causes=("slow_instance",), scores={"slow_instance": 1.0}, evidence=(), instance=1)
+    reactive = ReactiveDecider().decide(Evaluation(**{**ev.__dict__, "diagnoses": (diag,)}), ctx)
+    both = combine(primary, reactive)
+    assert both.kind == DecisionKind.SCALE and both.fallbacks[0].kind == DecisionKind.RESTART_INSTANCE
+    ev2, ctx2 = setup(1000.0)
+    quiet = combine(ModelDecider().decide(ev2, ctx2), reactive)
+    assert quiet.kind == DecisionKind.RESTART_INSTANCE
+
+
+def test_preemptive_decider_scales_before_a_forecast_peak():
+    # a daily cycle peaking at 1,900/s at noon; now is 10:30 and 1,000/s is offered: the schedule
+    # (lead time 1 h) brings the capacity for the peak before it arrives.
+    ev, ctx = setup(1000.0)
+    idx = pd.date_range(end="2026-01-08 10:15", periods=7 * 96, freq="15min")
+    hours = (idx.hour + idx.minute / 60.0).to_numpy()
+    history = pd.Series(1000.0 + 900.0 * (abs(hours - 12.5) < 1.5), index=idx)  # 11:00-14:00 at 1,900/s
+    clock = lambda s: pd.Timestamp("2026-01-08 10:30") + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
+    decider = PreemptiveDecider(PreemptiveConfig(lead_time_s=3600.0, method="seasonal-naive"),
+                                read_history=lambda: history, clock=clock)
+    d = decider.decide(ev, ctx)
+    assert decider.schedules_, d.reasons
+    assert d.kind == DecisionKind.SCALE and d.path == "preemptive"
+    assert d.config["a"] * 1000.0 * 0.7 >= 1900.0 * 0.99

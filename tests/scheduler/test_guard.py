@@ -1,0 +1,87 @@
+"""The guard rails as a pure function: table-driven cases over (decision, state) -> (decision, state)."""
+
+import math
+
+import pytest
+
+from scheduler.decision import Decision, DecisionKind
+from scheduler.guard import GuardRails, GuardState, GuardView, guard
+
+CUR = {"src": 1, "a": 4, "b": 2}
+NOW = 1_000_000.0  # 13:46 UTC on day 12
+
+
+def scale(**config):
+    return Decision(kind=DecisionKind.SCALE, path="model", config={**CUR, **config},
+                    operators=tuple(config), diagnosis="planned", reasons=("why",))
+
+
+RESTART = Decision(kind=DecisionKind.RESTART_INSTANCE, path="reactive", config=None, operators=("a",),
+                   instance=1, diagnosis="slow_instance", reasons=("slow",))
+
+CASES = [
+    # (name, decision, state, rails, view kwargs, expected kind, expected config or None, note in blocked)
+    ("passes", scale(a=6), GuardState(), GuardRails(), {}, "scale", {"a": 6}, None),
+    ("stabilizing", scale(a=6), GuardState(last_action_s=NOW - 30), GuardRails(stabilization_s=60), {},
+     "hold", None, "stabilizing"),
+    ("blackout", scale(a=6), GuardState(), GuardRails(blackout=(("13:00", "14:00"),)), {}, "hold", None,
+     "blackout"),
+    ("max parallelism", scale(a=200), GuardState(), GuardRails(max_parallelism=10), {}, "scale", {"a": 10}, None),
+    ("model bound", scale(a=200), GuardState(), GuardRails(), {"bounds": {"a": (1, 8)}}, "scale", {"a": 8}, None),
+    ("step cap", scale(a=20), GuardState(), GuardRails(max_change_per_step=3), {}, "scale", {"a": 7}, None),
+    ("min parallelism", scale(a=1), GuardState(down_since_s=NOW - 400, down_max={**CUR, "a": 1}),
+     GuardRails(min_parallelism=2), {}, "scale", {"a": 2}, None),
+    ("scale-down waits", scale(a=2), GuardState(), GuardRails(scale_down_delay_s=300), {}, "none", None,
+     "waits"),
+    ("scale-down after the delay takes the highest recommendation", scale(a=2),
+     GuardState(down_since_s=NOW - 301, down_max={**CUR, "a": 3}), GuardRails(scale_down_delay_s=300), {},
+     "scale", {"a": 3}, None),
+    ("daily budget", scale(a=6), GuardState(changes_s=(NOW - 100, NOW - 200)),
+     GuardRails(max_reconfigurations_per_day=2, stabilization_s=0), {}, "none", None, "daily budget"),
+    ("budget counts only 24 h", scale(a=6), GuardState(changes_s=(NOW - 90_000, NOW - 200)),
+     GuardRails(max_reconfigurations_per_day=2, stabilization_s=0), {}, "scale", {"a": 6}, None),
+    ("blacklisted operator keeps its parallelism", scale(a=6, b=3), GuardState(), GuardRails(),
+     {"bans": {("scale", "a", "planned", 7): "test"}, "band": 7}, "scale", {"a": 4, "b": 3}, "blacklisted"),
+    ("blacklisted restart", RESTART, GuardState(), GuardRails(),
+     {"bans": {("restart_instance", "a", "slow_instance", 0): "test"}}, "none", None, "blacklisted"),
+    ("restart passes", RESTART, GuardState(), GuardRails(), {}, "restart_instance", None, None),
+]
+
+
+@pytest.mark.parametrize("name,decision,state,rails,view,kind,config,note", CASES, ids=[c[0] for c in CASES])
+def test_guard_table(name, decision, state, rails, view, kind, config, note):
+    out, new_state = guard(decision, state, rails, GuardView(now_s=NOW, current=CUR, **view))
+    assert out.kind == kind
+    if config is not None:
+        assert {k: out.config[k] for k in config} == config
+    if note is not None:
+        assert any(note in b for b in out.blocked), out.blocked
+    assert isinstance(new_state, GuardState)
+
+
+def test_a_blocked_scale_falls_back_to_a_restart():
+    d = Decision(kind=DecisionKind.SCALE, path="model", config={**CUR, "a": 2}, operators=("a",), diagnosis="planned",
+                 reasons=("down",), fallbacks=(RESTART,))
+    out, state = guard(d, GuardState(), GuardRails(scale_down_delay_s=300), GuardView(now_s=NOW, current=CUR))
+    assert out.kind == DecisionKind.RESTART_INSTANCE and any("waits" in b for b in out.blocked)
+    assert state.down_since_s == NOW  # the scale-down keeps being timed
+
+
+def test_advisor_marks_every_decision():
+    out, _ = guard(scale(a=6), GuardState(), GuardRails(advisor=True), GuardView(now_s=NOW, current=CUR))
+    assert out.kind == "scale" and out.advisor
+
+
+def test_undo_bypasses_stabilization_but_not_bounds():
+    d = Decision(kind=DecisionKind.UNDO, path="guard", config={**CUR, "a": 50}, reasons=("undo",))
+    out, _ = guard(d, GuardState(last_action_s=NOW - 1), GuardRails(max_parallelism=16),
+                   GuardView(now_s=NOW, current=CUR))
+    assert out.kind == "undo" and out.config["a"] == 16
+
+
+def test_after_action_records_the_change_and_resets_the_delay():
+    s = GuardState(down_since_s=5.0, down_max={"a": 1}, changes_s=(NOW - 90_000,))
+    s2 = s.after_action(NOW, reconfiguration=True)
+    assert s2.last_action_s == NOW and s2.down_since_s is None and s2.changes_s == (NOW,)
+    assert s.after_action(NOW, reconfiguration=False).changes_s == ()
+    assert GuardState().last_action_s == -math.inf
