@@ -245,6 +245,20 @@ class SQLiteStateStore:
         """Open for reading; a missing file is a ``StateError`` (never creates one)."""
         if not Path(path).is_file():
             raise StateError("no such state database", file=str(path))
+        # Read-only look first: an empty file or another SQLite database is refused, not given
+        # augury's schema (opening for reading never writes).
+        try:
+            probe = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+            try:
+                found = probe.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                      "name = 'augury_state'").fetchone()
+            finally:
+                probe.close()
+        except sqlite3.DatabaseError as err:
+            raise StateError(f"not a usable state database ({err})", file=str(path)) from None
+        if found is None:
+            raise StateError("not an augury state database (empty, or written by something else)",
+                             file=str(path))
         return cls(path)
 
     def close(self) -> None:

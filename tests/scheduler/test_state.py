@@ -73,3 +73,23 @@ def test_sqlite_rejects_a_foreign_file(tmp_path):
         SQLiteStateStore(bad)
     with pytest.raises(StateError):
         SQLiteStateStore.open_existing(tmp_path / "missing.db")
+
+
+def test_opening_for_reading_never_writes_a_schema(tmp_path):
+    """Issue 22: ``augury log --state EMPTY`` gave the empty file augury's schema and exited 0."""
+    import sqlite3
+
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    with pytest.raises(StateError, match="not an augury state database"):
+        SQLiteStateStore.open_existing(empty)
+    assert empty.read_bytes() == b""
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE t (x)")
+    before = other.read_bytes()
+    with pytest.raises(StateError, match="not an augury state database"):
+        SQLiteStateStore.open_existing(other)
+    assert other.read_bytes() == before
+    SQLiteStateStore(tmp_path / "real.db").close()
+    assert SQLiteStateStore.open_existing(tmp_path / "real.db").actions() == []
