@@ -53,6 +53,11 @@ _ENVIRONMENT_MODULES = ("py4j", "pyspark", "mlflow", "requests", "urllib3", "sql
 store): exit 3 with one line."""
 
 
+def _one_line(text: str) -> str:
+    """An error message is one line on stderr, whatever text it quotes."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip()) or text.strip()
+
+
 def environment_failure(err: BaseException) -> str | None:
     """The one-line message of an environment failure (exit 3), or None when ``err`` is not one.
 
@@ -86,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except AuguryError as err:
-        print(f"augury {args.command}: error: {err}", file=sys.stderr)
+        print(f"augury {args.command}: error: {_one_line(str(err))}", file=sys.stderr)
         return err.exit_code
     except BrokenPipeError:  # output piped into `head` & co.
         sys.stderr.close()
@@ -95,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = environment_failure(err)
         if what is None:
             raise  # a bug: keep the traceback
-        print(f"augury {args.command}: error: {what}", file=sys.stderr)
+        print(f"augury {args.command}: error: {_one_line(what)}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print(f"augury {args.command}: interrupted", file=sys.stderr)

@@ -83,7 +83,8 @@ def parse_timestamps(values: pd.Series) -> pd.Series:
     is_num = rest.map(lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool))
     text = rest[~is_num].astype(str).str.strip()
     as_num = pd.to_numeric(text, errors="coerce")
-    numeric = pd.concat([rest[is_num].astype(float), as_num[as_num.notna()]])
+    parts = [p for p in (rest[is_num].astype(float), as_num[as_num.notna()]) if len(p)]
+    numeric = pd.concat(parts) if parts else pd.Series([], dtype=float)
     seconds = numeric.to_numpy(dtype=float)
     numeric = numeric[np.isfinite(seconds) & (seconds >= _TS_MIN.timestamp()) & (seconds < _TS_MAX.timestamp())]
     if len(numeric):

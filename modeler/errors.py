@@ -39,9 +39,10 @@ class AuguryError(Exception):
     def __str__(self) -> str:
         where = []
         if self.file:
-            where.append(str(self.file))
+            where.append(_printable(str(self.file)))
         if self.field:
-            where.append(f"field '{self.field}'" + (f" = {self.value!r}" if self.value is not None else ""))
+            where.append(f"field '{_printable(str(self.field))}'"
+                         + (f" = {self.value!r}" if self.value is not None else ""))
         elif self.value is not None:
             where.append(f"value {self.value!r}")
         prefix = ": ".join(where)
@@ -53,6 +54,12 @@ class AuguryError(Exception):
             self.file = str(file)
             self.args = (self.__str__(),)
         return self
+
+
+def _printable(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped (a field named by a user's
+    file may hold a newline; the message must stay one line)."""
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
 class UsageError(AuguryError):

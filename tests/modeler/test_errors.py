@@ -55,3 +55,8 @@ def test_lower_layers_never_import_the_command_line(package):
            for line, name in _imports_of(path)
            if name == "augury" or name.startswith("augury.")]
     assert bad == []
+
+
+def test_a_field_or_file_with_a_line_break_stays_one_line():
+    err = UsageError("bad", file="a\nb.json", field="op\r\nx", value="v\n")
+    assert len(str(err).splitlines()) == 1 and "op\\r\\nx" in str(err)
