@@ -36,8 +36,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "network delay, shuffle, contention, per-operator overrides... "
                             "(TestbedConfig fields, see docs/testbed.md); flags win over the file")
     run_p.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    run_p.add_argument("--seed", default="0", help="random seed (same seed, same metrics)")
-    run_p.add_argument("--window", default="10s", help="metrics window (default 10s)")
+    run_p.add_argument("--seed", default=None,
+                       help="random seed (same seed, same metrics; default: the settings file's, else 0)")
+    run_p.add_argument("--window", default=None,
+                       help="metrics window (default: the settings file's window_s, else 10s)")
     run_p.add_argument("--queue", help="input queue capacity per instance, tuples (default 1000)")
     run_p.add_argument("--restart", help="reconfiguration downtime (default 10s)")
     run_p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -59,29 +61,41 @@ def _int(text: str, flag: str, minimum: int, maximum: int | None = None) -> int:
     return int(check_number(text, flag, minimum=minimum, maximum=maximum, integer=True))
 
 
+def _check_windows(duration_s: float, window_s: float, field: str, shown, file: str | None = None) -> None:
+    """The window and the number of windows within the documented limits (before the simulation
+    allocates anything)."""
+    from modeler.limits import MAX_WINDOWS, MIN_WINDOW_S
+
+    if window_s < MIN_WINDOW_S:
+        raise UsageError(f"must be >= {MIN_WINDOW_S * 1000:g} ms (the documented limit)", file=file, field=field,
+                         value=shown)
+    if duration_s / window_s > MAX_WINDOWS:
+        raise UsageError(f"--duration / window is more than {MAX_WINDOWS:,} windows (the documented limit)",
+                         file=file, field=field, value=shown)
+
+
 def run(args: argparse.Namespace) -> int:
     from experiments.testbed import Testbed, TestbedConfig, load_faults, load_trace
     from experiments.testbed.config import load_testbed_config
     from experiments.testbed.output import summary, write_outputs
-    from modeler.limits import MAX_QUEUE, MAX_WINDOWS, MIN_WINDOW_S
+    from modeler.limits import MAX_QUEUE
     from modeler.modelfile import load_model
 
     duration = parse_duration_s(args.duration, "--duration")
     if duration <= 0:
         raise UsageError("must be > 0", field="--duration", value=args.duration)
-    window = parse_duration_s(args.window, "--window")
-    if window < MIN_WINDOW_S:
-        raise UsageError(f"must be >= {MIN_WINDOW_S * 1000:g} ms (the documented limit)", field="--window",
-                         value=args.window)
-    if duration / window > MAX_WINDOWS:  # checked before the simulation allocates them
-        raise UsageError(f"--duration / --window is more than {MAX_WINDOWS:,} windows (the documented limit)",
-                         field="--window", value=args.window)
-    seed = _int(args.seed, "--seed", 0, 2**63 - 1)
+    # --seed and --window override the settings file only when given (the file's values were
+    # silently replaced by the flags' defaults).
+    kwargs = {}
+    if args.window is not None:
+        kwargs["window_s"] = parse_duration_s(args.window, "--window")
+        _check_windows(duration, kwargs["window_s"], "--window", args.window)
+    if args.seed is not None:
+        kwargs["seed"] = _int(args.seed, "--seed", 0, 2**63 - 1)
     speedup = parse_positive_float(args.speedup, "--speedup")
     if speedup <= 0:
         raise UsageError("must be > 0", field="--speedup", value=args.speedup)
     config = parse_config(args.config)
-    kwargs = {"seed": seed, "window_s": window}
     if args.queue is not None:
         kwargs["queue_capacity"] = _int(args.queue, "--queue", 1, MAX_QUEUE)
     if args.restart is not None:
@@ -101,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
         load = parse_positive_float(args.rate, "--rate")
     faults = load_faults(args.faults) if args.faults else ()
     settings = load_testbed_config(args.settings, model, **kwargs) if args.settings else TestbedConfig(**kwargs)
+    if args.window is None:
+        _check_windows(duration, settings.window_s, "window_s", settings.window_s, file=args.settings)
     testbed = Testbed(model, load, settings, faults=faults, parallelism=config,
                       faults_file=args.faults)
 

@@ -115,3 +115,20 @@ def test_bad_settings_exit_2_naming_file_and_field(tmp_path, capsys, text, needl
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert str(path) in err and needle in err, err
+
+
+def test_settings_window_and_seed_are_used_unless_a_flag_overrides_them(tmp_path, capsys):
+    """Issue 22: the settings file's window_s and seed were silently replaced by the flags' defaults."""
+    settings = tmp_path / "s.yaml"
+    settings.write_text("window_s: 5\nseed: 7\n")
+    base = ["testbed", "run", WC, "--rate", "100", "--duration", "20s", "--settings", str(settings),
+            "--no-progress", "--json"]
+    assert main([*base, "--out", str(tmp_path / "a")]) == 0
+    capsys.readouterr()
+    assert set(pd.read_csv(tmp_path / "a" / "metrics.csv")["window_s"]) == {5.0}
+    assert main([*base, "--out", str(tmp_path / "b"), "--window", "10s"]) == 0
+    capsys.readouterr()
+    assert set(pd.read_csv(tmp_path / "b" / "metrics.csv")["window_s"]) == {10.0}
+    assert main([*base[:-2], "--seed", "7", "--out", str(tmp_path / "c"), "--no-progress"]) == 0
+    same = [pd.read_csv(tmp_path / d / "metrics.csv") for d in ("a", "c")]
+    pd.testing.assert_frame_equal(*same)  # the file's seed 7 == --seed 7
