@@ -56,9 +56,11 @@ def test_quick_convergence_through_the_harness(tmp_path, monkeypatch):
     assert ((runs["final_instances"] / runs["cheapest_instances"] - 1) - runs["over_provisioning"]).abs().max() < 1e-9
     reached = runs[runs["reached"]]
     assert (reached["steps"] <= reached["reconfigurations"]).all() and reached["final_slo_met"].all()
-    # x5 from an under-provisioned start: augury's planner acts at once and ends meeting the SLO.
+    # x5 from an under-provisioned start: augury (on its learned model) acts and ends meeting the
+    # SLO. Not ">= cheapest_instances": that reference is plan(truth) at 0.7 (issue 19), and the
+    # learned model meets the SLO with fewer (6 vs 8 on seed 0).
     a = runs[(runs["policy"] == "augury") & (runs["step"] == "x5")].iloc[0]
-    assert a["reconfigurations"] >= 1 and a["final_slo_met"] and a["final_instances"] >= a["cheapest_instances"]
+    assert a["reconfigurations"] >= 1 and a["final_slo_met"]
     assert set(summary["policy"]) == set(runs["policy"])
     assert 0 <= run.result.metrics["augury.reached_share"] <= 1
     assert all(p.is_file() for p in run.result.figures.values()) and run.mlflow_run_id
