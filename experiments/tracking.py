@@ -28,11 +28,18 @@ _PARAM_MAX = 500
 
 
 def tracking_uri() -> str:
-    """``$MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<cwd>/mlflow.db``."""
+    """``$MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<cwd>/mlflow.db``; when the working
+    directory cannot be written (an installed augury run from ``/``, say), a store in the user's
+    data directory instead: ``$XDG_DATA_HOME/augury/mlflow.db`` (``~/.local/share`` when unset)."""
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
         return uri
-    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    cwd = Path.cwd()
+    if os.access(cwd, os.W_OK):
+        return f"sqlite:///{cwd / 'mlflow.db'}"
+    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "augury"
+    data.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{data / 'mlflow.db'}"
 
 
 def _artifact_location(uri: str, experiment: str) -> str | None:
