@@ -36,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from experiments.harness import run_experiment
+    from experiments.harness import load_experiment, run_experiment
 
+    load_experiment(args.name)  # an unknown name is one line on stderr, before any log line
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     with library_output_to_log(args, f"experiment-{args.name}", say):
         done = run_experiment(args.name, quick=args.quick, seed=args.seed,
