@@ -1,12 +1,14 @@
-"""A quiet terminal for the commands that start Spark and mlflow (``augury demo``,
-``augury experiment run``): their libraries' own output goes to a log file whose path is printed
-once, and ``--verbose`` brings it back to the terminal.
+"""A quiet terminal for the commands that start Spark or mlflow (``augury demo``,
+``augury experiment run``, ``augury history summarize``, ``augury calibrate``, ``augury forecast``):
+their libraries' own output goes to a log file whose path is printed once, and ``--verbose``
+brings it back to the terminal.
 
 What goes to the log: the output of Spark's JVM on stderr (its start-up lines, "Setting default
 log level...", later warnings; ``history.spark.JVM_LOG_ENV``), the Python loggers of mlflow,
 alembic, SQLAlchemy, py4j and pyspark, and Python warnings. augury's own progress, results and
-errors stay on the terminal. The file is ``DIR/augury-<command>.log`` when the command was given
-``--out DIR``, else ``$XDG_CACHE_HOME/augury/logs/<command>-<time>.log`` (``~/.cache`` when unset).
+errors stay on the terminal. The file is ``DIR/augury-<command>.log`` when the command writes its
+outputs into a directory DIR (``--out DIR`` of ``demo`` and ``experiment run``), else
+``$XDG_CACHE_HOME/augury/logs/<command>-<time>.log`` (``~/.cache`` when unset).
 """
 
 from __future__ import annotations
@@ -37,15 +39,15 @@ def log_path(command: str, out_dir: str | None = None) -> Path:
 
 
 @contextmanager
-def library_output_to_log(args: argparse.Namespace, command: str,
-                          say: Callable[[str], None]) -> Iterator[Path | None]:
+def library_output_to_log(args: argparse.Namespace, command: str, say: Callable[[str], None],
+                          out_dir: str | None = None) -> Iterator[Path | None]:
     """Inside the block, Spark's JVM (when started here), mlflow & co. and Python warnings write to
-    the log file, whose path is told once through ``say``; with ``args.verbose`` nothing changes
-    (yields None)."""
+    the log file (in ``out_dir`` when given), whose path is told once through ``say``; with
+    ``args.verbose`` nothing changes (yields None)."""
     if getattr(args, "verbose", False):
         yield None
         return
-    path = log_path(command, getattr(args, "out", None))
+    path = log_path(command, out_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     import mlflow  # noqa: F401  (mlflow sets its loggers' handlers on import: import it first)
 

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                      **({"speedup": 960.0, "record_seconds": 20.0, "window_s": 1.0} if args.quick else
                         {"speedup": 120.0, "record_seconds": 60.0, "window_s": 5.0}))
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if args.json else (lambda msg: print(msg, flush=True))
-    with library_output_to_log(args, "demo", say) as log:
+    with library_output_to_log(args, "demo", say, out_dir=args.out) as log:
         report = run_demo(cfg, progress=say)
     payload = {
         "calibration": {"errors": report.calibration_errors, "trust": report.calibration_trust},

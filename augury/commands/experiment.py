@@ -40,7 +40,7 @@ def _run(args: argparse.Namespace) -> int:
 
     load_experiment(args.name)  # an unknown name is one line on stderr, before any log line
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    with library_output_to_log(args, f"experiment-{args.name}", say):
+    with library_output_to_log(args, f"experiment-{args.name}", say, out_dir=args.out):
         done = run_experiment(args.name, quick=args.quick, seed=args.seed,
                               workdir=Path(args.out) if args.out else None,
                               spark_master=args.spark_master, progress=say)

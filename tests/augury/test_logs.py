@@ -20,8 +20,8 @@ def test_library_output_goes_to_the_log_and_everything_is_restored(tmp_path):
 
     said: list[str] = []
     before = {n: (logging.getLogger(n).handlers[:], logging.getLogger(n).propagate) for n in CHATTY_LOGGERS}
-    args = argparse.Namespace(verbose=False, out=str(tmp_path))
-    with library_output_to_log(args, "demo", said.append) as path:
+    args = argparse.Namespace(verbose=False)
+    with library_output_to_log(args, "demo", said.append, out_dir=str(tmp_path)) as path:
         assert path == tmp_path / "augury-demo.log" and os.environ[JVM_LOG_ENV] == str(path)
         logging.getLogger("mlflow.store.db.utils").warning("Creating initial MLflow database tables...")
         with warnings.catch_warnings():
@@ -36,7 +36,7 @@ def test_library_output_goes_to_the_log_and_everything_is_restored(tmp_path):
 
 def test_verbose_changes_nothing(tmp_path):
     said: list[str] = []
-    with library_output_to_log(argparse.Namespace(verbose=True, out=str(tmp_path)), "demo", said.append) as path:
+    with library_output_to_log(argparse.Namespace(verbose=True), "demo", said.append, out_dir=str(tmp_path)) as path:
         assert path is None and JVM_LOG_ENV not in os.environ
     assert said == [] and not list(tmp_path.iterdir())
 
