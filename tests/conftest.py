@@ -63,6 +63,13 @@ def pytest_collection_finish(session):
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _log_dir(tmp_path_factory):
+    """Commands run by the tests write their library-output logs here, not in ~/.cache."""
+    os.environ.setdefault("AUGURY_LOG_DIR", str(tmp_path_factory.mktemp("logs")))
+    yield
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _mlflow_store(tmp_path_factory):
     """Never write into the developer's mlflow store from tests. Under pytest-xdist every worker
     has a sqlite store of its own (two processes creating one sqlite store's tables at once

@@ -8,7 +8,8 @@ log level...", later warnings; ``history.spark.JVM_LOG_ENV``), the Python logger
 alembic, SQLAlchemy, py4j and pyspark, and Python warnings. augury's own progress, results and
 errors stay on the terminal. The file is ``DIR/augury-<command>.log`` when the command writes its
 outputs into a directory DIR (``--out DIR`` of ``demo`` and ``experiment run``), else
-``$XDG_CACHE_HOME/augury/logs/<command>-<time>.log`` (``~/.cache`` when unset).
+``$AUGURY_LOG_DIR/<command>-<time>.log``, by default ``$XDG_CACHE_HOME/augury/logs`` (``~/.cache``
+when unset; the tests point ``AUGURY_LOG_DIR`` at a temporary directory).
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ def log_path(command: str, out_dir: str | None = None) -> Path:
     """Where ``command``'s library output goes (see the module docstring)."""
     if out_dir:
         return Path(out_dir) / f"augury-{command}.log"
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "augury" / "logs" / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    logs = os.environ.get("AUGURY_LOG_DIR")
+    if not logs:
+        logs = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "augury" / "logs"
+    return Path(logs) / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
 
 @contextmanager

@@ -42,9 +42,12 @@ def test_verbose_changes_nothing(tmp_path):
 
 
 def test_default_log_path_is_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("AUGURY_LOG_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     path = log_path("demo")
     assert path.parent == tmp_path / "augury" / "logs" and path.name.startswith("demo-")
+    monkeypatch.setenv("AUGURY_LOG_DIR", str(tmp_path / "logs"))
+    assert log_path("demo").parent == tmp_path / "logs"
 
 
 def test_a_child_started_inside_writes_its_stderr_to_the_file(tmp_path, capfd):
