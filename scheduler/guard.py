@@ -55,7 +55,9 @@ class GuardRails:
     blackout: tuple[tuple[str, str], ...] = ()
     """Daily UTC windows ``("HH:MM", "HH:MM")`` in which nothing is changed (may wrap midnight)."""
     max_reconfigurations_per_day: int | None = None
-    """Most applied reconfigurations in any 24 h (None = no budget)."""
+    """Most applied reconfigurations in any ``budget_window_s`` (None = no budget)."""
+    budget_window_s: float = 86400.0
+    """The daily budget's window (s): a day (scaled with the other times in a compressed replay)."""
     advisor: bool = False
     """Decide and log, never act."""
 
@@ -190,9 +192,10 @@ def _one(d: Decision, state: GuardState, rails: GuardRails,
         return None, state, notes
     budget = rails.max_reconfigurations_per_day
     if budget is not None:
-        used = sum(1 for t in state.changes_s if t > now - DAY_S)
+        used = sum(1 for t in state.changes_s if t > now - rails.budget_window_s)
         if used >= budget:
-            return None, state, [f"daily budget spent: {used} reconfigurations in the last 24 h "
+            return None, state, [f"daily budget spent: {used} reconfigurations in the last "
+                                 f"{rails.budget_window_s:g} s "
                                  f"(max_reconfigurations_per_day = {budget})"]
     target = clamp(d.config, current, rails, view.bounds)
     down = [k for k in target if target[k] < current[k]]

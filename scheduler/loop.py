@@ -96,7 +96,8 @@ class LoopConfig:
         return replace(self, interval_s=self.interval_s * factor, evaluate_after_s=self.evaluate_after_s * factor,
                        targets=replace(self.targets, catch_up_s=self.targets.catch_up_s * factor),
                        guard=replace(g, stabilization_s=g.stabilization_s * factor, settle_s=g.settle_s * factor,
-                                     scale_down_delay_s=g.scale_down_delay_s * factor),
+                                     scale_down_delay_s=g.scale_down_delay_s * factor,
+                                     budget_window_s=g.budget_window_s * factor),
                        blacklist=replace(self.blacklist, base_s=self.blacklist.base_s * factor,
                                          max_s=self.blacklist.max_s * factor))
 

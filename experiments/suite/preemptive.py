@@ -1,6 +1,6 @@
 """``preemptive``: replay real traces, time-compressed, on the testbed for every policy.
 
-Traces (``../shared/traces``, see its README): WC98 (World Cup 1998, tournament weeks), NYC taxi,
+Traces (bundled: ``experiments.bundled``, sources and licences in its traces README): WC98 (World Cup 1998, tournament weeks), NYC taxi,
 AMZN tweets. Each replayed period follows three weeks of history; the trace is scaled so its peak
 over history and replay is ``peak_over_capacity`` x the job's max rate at its default
 configuration (the job: ``examples/wordcount.yaml``, the true model). The replay runs
@@ -130,8 +130,11 @@ def augury_controller(model, params: Params, history: pd.Series, day0: pd.Timest
     from scheduler.loop import LoopConfig
     from scheduler.targets import Targets
 
+    from scheduler.guard import GuardRails
+
     loop = LoopConfig(targets=Targets(utilization_target=params.utilization_target,
-                                      latency_slo_ms=params.latency_slo_ms))
+                                      latency_slo_ms=params.latency_slo_ms),
+                      guard=GuardRails(max_reconfigurations_per_day=params.max_reconfigurations_per_day))
     return LoopController(model, loop, name="augury", decider=preemptive_decider(settings(params), history, day0))
 
 
