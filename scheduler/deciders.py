@@ -57,6 +57,17 @@ def _err(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
+def expected_outcome(pred, targets: Targets) -> dict[str, float]:
+    """What a configuration should measure once settled, from the model's ``Prediction``: the
+    hottest instance's utilization, the throughput, no back pressure, and the SLO's latency."""
+    expected = {"busy_max": max((o.max_utilization for o in pred.operators.values()), default=0.0),
+                "throughput": pred.throughput, "backpressure_max": 0.0}
+    lat = pred.latency_ms.get(targets.latency_stat)
+    if lat is not None:
+        expected[f"latency_{targets.latency_stat}_ms"] = lat
+    return expected
+
+
 def undo_decision(evaluation, context: DecisionContext) -> Decision | None:
     """Go back when a logged scale-down did not help (the evaluate stage's verdict)."""
     for a in getattr(evaluation, "actions", ()):
@@ -169,11 +180,7 @@ class ModelDecider:
         reasons += list(getattr(plan, "reasons", ()))[:3]
         if note:
             reasons.append(note)
-        p = plan.prediction
-        expected = {"busy_max": max((o.max_utilization for o in p.operators.values()), default=0.0),
-                    "throughput": p.throughput, "backpressure_max": 0.0}
-        if p.latency_ms.get(t.latency_stat) is not None:
-            expected[f"latency_{t.latency_stat}_ms"] = p.latency_ms[t.latency_stat]
+        expected = expected_outcome(plan.prediction, t)
         changed = tuple(k for k in target if target[k] != current.get(k))
         if not changed:
             return no_action(self.path, tuple(reasons[:1]) + ("the plan is the configuration in force",))
@@ -451,10 +458,6 @@ class PreemptiveDecider:
         if not changed:
             return no_action(self.path, tuple(reasons) or ("the schedule keeps the configuration in force",))
         pred = predict(ctx.model, {k: v for k, v in target.items() if k in ctx.model.config}, measured)
-        expected = {"busy_max": max((o.max_utilization for o in pred.operators.values()), default=0.0),
-                    "throughput": pred.throughput, "backpressure_max": 0.0}
-        lat = pred.latency_ms.get(ctx.targets.latency_stat)
-        if lat is not None:
-            expected[f"latency_{ctx.targets.latency_stat}_ms"] = lat
+        expected = expected_outcome(pred, ctx.targets)
         return Decision(kind=DecisionKind.SCALE, path=self.path, config=target, operators=changed,
                         diagnosis="planned", reasons=tuple(reasons) + (f"to {_fmt(target)}",), expected=expected)

@@ -248,31 +248,19 @@ def _forecast_spec(path: str, base: Path, raw: dict | None, model_path: str):
     Returns the loop's ``load_forecast`` callable or None."""
     if not raw:
         return None
-    from scheduler.forecasting import HistoryLoadForecast, LoadForecastConfig, series_history, store_history
+    from scheduler.forecasting import HistoryLoadForecast, LoadForecastConfig
 
     f = dict(raw)
-    store, series, job = f.pop("store", None), f.pop("series", None), f.pop("job", None)
-    if (store is None) == (series is None):
-        raise _fail(path, "forecast.store", store, "give exactly one of forecast.store and forecast.series")
-    config = _dataclass_from(LoadForecastConfig, f, path, "forecast")
+    if ("store" in f) == ("series" in f):  # checked before the settings, as before
+        raise _fail(path, "forecast.store", f.get("store"), "give exactly one of forecast.store and forecast.series")
+    config = _dataclass_from(LoadForecastConfig, {k: v for k, v in f.items() if k not in ("store", "series", "job")},
+                             path, "forecast")
     try:
         config.check()
     except Exception as err:  # SchedulerError names the field
         raise _fail(path, getattr(err, "field", "forecast"), getattr(err, "value", None),
                     getattr(err, "message", str(err))) from None
-    if store is not None:
-        where = base / str(store)
-        if not where.is_dir():
-            raise _fail(path, "forecast.store", store, "no such store directory")
-        if job is None:
-            from modeler.modelfile import load_model
-
-            job = load_model(model_path).job
-        return HistoryLoadForecast(store_history(where, str(job)), config)
-    where = base / str(series)
-    if not where.is_file():
-        raise _fail(path, "forecast.series", series, "no such file")
-    return HistoryLoadForecast(series_history(where), config)
+    return HistoryLoadForecast(_history_source(path, base, f, model_path), config)
 
 
 def _flink_spec(path: str, metrics: dict, actuator_raw: dict, actuator: str, cfg) -> dict:
