@@ -20,7 +20,9 @@ together a ``Step``). ``ControlLoop`` only orders the stages; what they do lives
   mode.
 * **act** applies the decision (unless advisor mode) through the ``Actuator``; **record** logs
   it with its reasons and expected outcome in the ``StateStore``. Actuator errors are logged;
-  the loop never stops on them.
+  the loop never stops on them. The loop's own memory (trust, guard state, the last read, the
+  recalibrated model) is kept in the store too (``scheduler.loopstate``), so a restarted loop
+  continues where it stopped.
 
 Times are the metrics source's clock in seconds (``MetricsBatch.as_of_s``); rates in tuples/s,
 latencies in ms. ``LoopConfig.scaled(f)`` multiplies every time constant by ``f`` (a
@@ -33,11 +35,11 @@ import logging
 import math
 import time as _time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Callable, Mapping, Protocol, runtime_checkable
 
-from modeler.modelfile import JobModel, model_to_dict, parse_model, to_graph
+from modeler.modelfile import JobModel, to_graph
 from modeler.queueing import predict
 from scheduler import outcomes
 from scheduler.decision import Decider, Decision, DecisionContext, DecisionKind
@@ -45,10 +47,11 @@ from scheduler.deciders import (LoadForecast, ModelDecider, ModelDeciderConfig, 
                                 combine, undo_decision)
 from scheduler.guard import GuardRails, GuardState, GuardView, clamp, guard, in_blackout
 from scheduler.interfaces import Actuation, ActuationFailed, Actuator, MetricsSource
+from scheduler.loopstate import LoopMemory, load_memory, save_memory
 from scheduler.observe import JobWindow, job_windows
+from scheduler.outcomes import ActionEvaluation
 from scheduler.reactive import Detectors, Diagnosis, ReactiveConfig, Symptom, diagnose
-from scheduler.state import (ActionRecord, BlacklistConfig, InMemoryStateStore, StateStore, active_ban,
-                             find_entry, load_band, strike)
+from scheduler.state import ActionRecord, BlacklistConfig, InMemoryStateStore, StateStore, active_ban, load_band
 from scheduler.targets import Targets
 from scheduler.trust import Recalibration, TrustAssessment, TrustConfig, TrustMonitor, recalibrate
 
@@ -125,17 +128,6 @@ class Observation:
     dropped: int = 0
     """Windows read but dropped as stale (other config, unsettled)."""
     error: str | None = None
-
-
-@dataclass(frozen=True)
-class ActionEvaluation:
-    """The verdict on one logged action once settled."""
-
-    action_id: int
-    outcome: str
-    measured: Mapping[str, float]
-    undo: Mapping[str, int] | None = None
-    """For a failed scale-down: the configuration to go back to."""
 
 
 @dataclass(frozen=True)
@@ -234,33 +226,24 @@ class ControlLoop:
     def last_action_s(self, at_s: float) -> None:
         self.guard_state = replace(self.guard_state, last_action_s=float(at_s))
 
-    # -- persistence of the loop's own memory
+    # -- persistence of the loop's own memory (scheduler.loopstate)
     def _restore(self) -> None:
-        meta = self.store.get_meta("loop")
-        if not meta:
+        mem = load_memory(self.store)
+        if mem is None:
             return
-        self.trust.restore(meta.get("trust"))
-        self.guard_state = GuardState(last_action_s=float(meta.get("last_action_s") or -math.inf),
-                                      changes_s=tuple(float(t) for t in meta.get("changes_s") or ()))
-        self._settled_after_s = float(meta.get("settled_after_s") or -math.inf)
-        self._last_as_of = meta.get("last_as_of")
-        if meta.get("measured_restart_s") is not None:
-            self.measured_restart_s = float(meta["measured_restart_s"])
-        if meta.get("model") is not None:
-            try:
-                self.model = parse_model(meta["model"], source="state:model")
-            except Exception:  # a model the current code cannot read: keep the configured one
-                log.warning("stored model unreadable; using the configured one")
+        self.trust.restore(mem.trust)
+        self.guard_state, self._settled_after_s, self._last_as_of = (mem.guard_state, mem.settled_after_s,
+                                                                     mem.last_as_of)
+        if mem.measured_restart_s is not None:
+            self.measured_restart_s = mem.measured_restart_s
+        if mem.model is not None:
+            self.model = mem.model
 
     def _save(self, with_model: bool = False) -> None:
-        meta = self.store.get_meta("loop") or {}
-        meta.update({"trust": self.trust.snapshot(), "last_action_s": _finite(self.guard_state.last_action_s),
-                     "changes_s": list(self.guard_state.changes_s),
-                     "settled_after_s": _finite(self._settled_after_s), "last_as_of": self._last_as_of,
-                     "measured_restart_s": self.measured_restart_s})
-        if with_model:
-            meta["model"] = model_to_dict(self.model)
-        self.store.put_meta("loop", meta)
+        save_memory(self.store, LoopMemory(
+            trust=self.trust.snapshot(), guard_state=self.guard_state, settled_after_s=self._settled_after_s,
+            last_as_of=self._last_as_of, measured_restart_s=self.measured_restart_s,
+            model=self.model if with_model else None))
 
     # -- collect
     def collect(self) -> Observation:
@@ -302,13 +285,15 @@ class ControlLoop:
                     self._save(with_model=True)
                 except Exception as err:  # noqa: BLE001 - calibration may lack data: stay reactive
                     recal_err = _err(err)
-            shares = self._expected_shares(obs.windows[-1])
+            shares = expected_shares(self.model, obs.windows[-1])
             symptoms: tuple[Symptom, ...] = ()
             for k in range(len(self.history) - len(obs.windows), len(self.history)):
                 symptoms = self.detectors.update(self.history[: k + 1], shares)
             window = self.history[-1]
             diagnoses = diagnose(window, symptoms, to_graph(self.model), self.config.reactive, self.config.targets)
-            verdicts = self._judge_actions(window)
+            c = self.config
+            verdicts = outcomes.judge_actions(self.store, window, self.history, self._settled_after_s,
+                                              c.evaluate_after_s, c.targets.catch_up_s, c.reactive, c.blacklist)
             self._save()
             return Evaluation(window=window, trust=trust, recalibration=recal, recalibration_error=recal_err,
                               symptoms=symptoms, diagnoses=diagnoses, actions=verdicts)
@@ -316,37 +301,6 @@ class ControlLoop:
             log.error("evaluate failed: %s", traceback.format_exc())
             return Evaluation(window=None, trust=None, recalibration=None, recalibration_error=None,
                               symptoms=(), diagnoses=(), error=_err(err))
-
-    def _expected_shares(self, w: JobWindow) -> dict[str, float]:
-        """Busiest instance's share of each operator that the model's key distributions explain."""
-        try:
-            known = {k: v for k, v in w.config.items() if k in self.model.config}
-            return {k: o.hot_share for k, o in predict(self.model, known, max(w.input_rate, 1e-9)).operators.items()}
-        except Exception:  # noqa: BLE001 - fall back to even shares
-            return {}
-
-    def _judge_actions(self, window: JobWindow) -> tuple[ActionEvaluation, ...]:
-        out = []
-        c = self.config
-        for rec in self.store.actions(limit=20):
-            if not outcomes.ready(rec, window, self.history, self._settled_after_s, c.evaluate_after_s,
-                                  c.targets.catch_up_s):
-                continue
-            measured = outcomes.measure(window, rec)
-            ok = outcomes.helped(rec, measured, c.reactive)
-            undo = None
-            if not ok:
-                for op in rec.operators:
-                    key = (rec.kind, op, rec.diagnosis, rec.load_band)
-                    self.store.put_blacklist(strike(find_entry(self.store, key), rec.kind, op, rec.diagnosis,
-                                                    rec.load_band, window.end_s, f"action {rec.id} did not help",
-                                                    c.blacklist))
-                undo = outcomes.undo_of(rec)
-            self.store.update_action(replace(rec, outcome="helped" if ok else "did_not_help",
-                                             evaluated_at_s=window.end_s, measured=measured))
-            out.append(ActionEvaluation(action_id=int(rec.id), outcome="helped" if ok else "did_not_help",
-                                        measured=measured, undo=undo))
-        return tuple(out)
 
     # -- decide
     def context(self, window: JobWindow, trusted: bool) -> DecisionContext:
@@ -375,18 +329,9 @@ class ControlLoop:
     def guard(self, d: Decision, window: JobWindow | None) -> Decision:
         if window is None:
             return d
-        current = dict(self._in_force or window.config)
         band = load_band(window.offered_rate, self.config.blacklist.band_ratio)
-        keys = {(k.kind if k.kind != "undo" else "scale", op, k.diagnosis, band)
-                for k in (d,) + tuple(d.fallbacks) for op in k.operators}
-        keys |= {("scale", op, k.diagnosis, band) for k in (d,) + tuple(d.fallbacks) if k.config
-                 for op in k.config}
-        bans = {}
-        for key in keys:
-            ban = active_ban(self.store, key, window.end_s)
-            if ban is not None:
-                bans[key] = f"until {ban.until_s:.0f}, strike {ban.strikes}: {ban.reason}"
-        view = GuardView(now_s=window.end_s, current=current, bounds=_bounds(self.model), bans=bans, band=band)
+        view = GuardView(now_s=window.end_s, current=dict(self._in_force or window.config), bounds=_bounds(self.model),
+                         bans=active_bans(self.store, d, band, window.end_s), band=band)
         d, self.guard_state = guard(d, self.guard_state, self.config.guard, view)
         return d
 
@@ -394,30 +339,19 @@ class ControlLoop:
     def act(self, d: Decision, at_s: float | None) -> ActResult:
         if d.kind in (DecisionKind.NONE, DecisionKind.HOLD):
             return ActResult(attempted=False, applied=False)
-        current = dict(self._in_force or {})
         rate = self.history[-1].offered_rate if self.history else 0.0
-        scale = d.kind in (DecisionKind.SCALE, DecisionKind.UNDO)
-        rec = ActionRecord(
-            at_s=float(at_s or 0.0), kind="scale" if scale else d.kind.value, operators=d.operators,
-            diagnosis=d.diagnosis, load_band=load_band(rate, self.config.blacklist.band_ratio), from_config=current,
-            to_config=dict(d.config) if d.config else current, reasons=d.reasons, expected=d.expected,
-            applied=False, advisor=d.advisor, detail=f"instance {d.instance}" if d.instance is not None else "",
-            outcome="advised" if d.advisor else "pending")
+        rec = action_record(d, float(at_s or 0.0), dict(self._in_force or {}),
+                            load_band(rate, self.config.blacklist.band_ratio))
         if d.advisor:
             return ActResult(attempted=False, applied=False, action_id=self.store.add_action(rec).id)
         try:
-            if d.kind == DecisionKind.RESTART_INSTANCE:
-                if not isinstance(self.actuator, InstanceRestarter):
-                    raise ActuationFailed("the actuator cannot restart single instances", field="actuator",
-                                          value=type(self.actuator).__name__)
-                actuation = self.actuator.restart_instance(d.operators[0], int(d.instance), "; ".join(d.reasons))
-            else:
-                actuation = self.actuator.apply(dict(d.config), "; ".join(d.reasons))
+            actuation = actuate(self.actuator, d)
         except Exception as err:  # noqa: BLE001 - a failed actuation is logged, the loop goes on
             rec = self.store.add_action(replace(rec, outcome="failed", detail=_err(err)))
             return ActResult(attempted=True, applied=False, error=_err(err), action_id=rec.id)
         if actuation.applied:
             at = float(at_s or 0.0)
+            scale = rec.kind == "scale"
             if scale:
                 self._in_force = {k: int(v) for k, v in actuation.config.items()}
                 if actuation.restart_s and actuation.restart_s > 0:
@@ -470,8 +404,53 @@ class ControlLoop:
         return steps
 
 
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
+# ------------------------------------------------------------------ helpers of the stages
+
+
+def expected_shares(model: JobModel, w: JobWindow) -> dict[str, float]:
+    """Busiest instance's share of each operator that the model's key distributions explain
+    (for the skew detectors); empty (even shares) when the model cannot predict ``w``."""
+    try:
+        known = {k: v for k, v in w.config.items() if k in model.config}
+        return {k: o.hot_share for k, o in predict(model, known, max(w.input_rate, 1e-9)).operators.items()}
+    except Exception:  # noqa: BLE001 - fall back to even shares
+        return {}
+
+
+def active_bans(store: StateStore, d: Decision, band: int, now_s: float) -> dict[tuple, str]:
+    """The blacklist entries active at ``now_s`` for what ``d`` or its fallbacks would do in load
+    band ``band``: (action, operator, diagnosis, band) -> why banned."""
+    keys = {(k.kind if k.kind != "undo" else "scale", op, k.diagnosis, band)
+            for k in (d,) + tuple(d.fallbacks) for op in k.operators}
+    keys |= {("scale", op, k.diagnosis, band) for k in (d,) + tuple(d.fallbacks) if k.config
+             for op in k.config}
+    bans = {}
+    for key in keys:
+        ban = active_ban(store, key, now_s)
+        if ban is not None:
+            bans[key] = f"until {ban.until_s:.0f}, strike {ban.strikes}: {ban.reason}"
+    return bans
+
+
+def action_record(d: Decision, at_s: float, current: Mapping[str, int], band: int) -> ActionRecord:
+    """The action log's record of ``d`` before it is applied (advised, or pending)."""
+    scale = d.kind in (DecisionKind.SCALE, DecisionKind.UNDO)
+    return ActionRecord(
+        at_s=at_s, kind="scale" if scale else d.kind.value, operators=d.operators, diagnosis=d.diagnosis,
+        load_band=band, from_config=dict(current), to_config=dict(d.config) if d.config else dict(current),
+        reasons=d.reasons, expected=d.expected, applied=False, advisor=d.advisor,
+        detail=f"instance {d.instance}" if d.instance is not None else "",
+        outcome="advised" if d.advisor else "pending")
+
+
+def actuate(actuator: Actuator, d: Decision) -> Actuation:
+    """Apply ``d`` (a configuration, or one instance's restart) through ``actuator``. Raises."""
+    if d.kind == DecisionKind.RESTART_INSTANCE:
+        if not isinstance(actuator, InstanceRestarter):
+            raise ActuationFailed("the actuator cannot restart single instances", field="actuator",
+                                  value=type(actuator).__name__)
+        return actuator.restart_instance(d.operators[0], int(d.instance), "; ".join(d.reasons))
+    return actuator.apply(dict(d.config), "; ".join(d.reasons))
 
 
 def _err(err: BaseException) -> str:

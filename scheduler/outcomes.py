@@ -5,15 +5,31 @@ once the backlog its restart built up has drained (or ``catch_up_s`` later at th
 scaling action *helped* when nothing is saturated or back-pressured and the job keeps up with
 its input; an instance restart helped when the operator's rate skew is gone. Rates tuples/s,
 times s.
+
+Everything here is pure but ``judge_actions``, the evaluate stage's verdicts: it reads the
+action log and writes each verdict (and a blacklist strike for an action that did not help)
+back into the ``StateStore``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from scheduler.observe import JobWindow
 from scheduler.reactive import ReactiveConfig
-from scheduler.state import ActionRecord
+from scheduler.state import ActionRecord, BlacklistConfig, StateStore, find_entry, strike
+
+
+@dataclass(frozen=True)
+class ActionEvaluation:
+    """The verdict on one logged action once settled."""
+
+    action_id: int
+    outcome: str
+    measured: Mapping[str, float]
+    undo: Mapping[str, int] | None = None
+    """For a failed scale-down: the configuration to go back to."""
 
 
 def drained(w: JobWindow) -> bool:
@@ -63,3 +79,28 @@ def undo_of(rec: ActionRecord) -> dict[str, int] | None:
             any(rec.to_config.get(k, 0) < v for k, v in rec.from_config.items()):
         return dict(rec.from_config)
     return None
+
+
+def judge_actions(store: StateStore, window: JobWindow, history: Sequence[JobWindow], settled_after_s: float,
+                  evaluate_after_s: float, catch_up_s: float, reactive: ReactiveConfig = ReactiveConfig(),
+                  blacklist: BlacklistConfig = BlacklistConfig()) -> tuple[ActionEvaluation, ...]:
+    """Judge the newest logged actions (20) that are ready on ``window``: record each outcome and
+    measurement in ``store``, strike an action that did not help on the blacklist (for each of
+    its operators), and return the verdicts (with the undo of a failed scale-down)."""
+    out = []
+    for rec in store.actions(limit=20):
+        if not ready(rec, window, history, settled_after_s, evaluate_after_s, catch_up_s):
+            continue
+        measured = measure(window, rec)
+        ok = helped(rec, measured, reactive)
+        undo = None
+        if not ok:
+            for op in rec.operators:
+                key = (rec.kind, op, rec.diagnosis, rec.load_band)
+                store.put_blacklist(strike(find_entry(store, key), rec.kind, op, rec.diagnosis, rec.load_band,
+                                           window.end_s, f"action {rec.id} did not help", blacklist))
+            undo = undo_of(rec)
+        outcome = "helped" if ok else "did_not_help"
+        store.update_action(replace(rec, outcome=outcome, evaluated_at_s=window.end_s, measured=measured))
+        out.append(ActionEvaluation(action_id=int(rec.id), outcome=outcome, measured=measured, undo=undo))
+    return tuple(out)
