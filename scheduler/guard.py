@@ -8,7 +8,7 @@ entries in ``GuardView``, and keeps the returned ``GuardState`` for the next ste
 2. **Stabilization**: nothing for ``stabilization_s`` after the last action (``hold``).
 3. **Blackout**: nothing inside a daily UTC window (``hold``).
 4. **Daily budget**: at most ``max_reconfigurations_per_day`` applied reconfigurations in any
-   24 h (a restart of one instance is not a reconfiguration).
+   ``budget_window_s`` (24 h unless scaled; a restart of one instance is not a reconfiguration).
 5. **Bounds and step cap**: every operator within ``[min, max]`` parallelism (global and the
    model's per-operator bounds), at most ``max_change_per_step`` instances gained or lost.
 6. **Scale-down delay**: a pure scale-down must be recommended continuously for
@@ -56,7 +56,7 @@ class GuardRails:
     """Daily UTC windows ``("HH:MM", "HH:MM")`` in which nothing is changed (may wrap midnight)."""
     max_reconfigurations_per_day: int | None = None
     """Most applied reconfigurations in any ``budget_window_s`` (None = no budget)."""
-    budget_window_s: float = 86400.0
+    budget_window_s: float = DAY_S
     """The daily budget's window (s): a day (scaled with the other times in a compressed replay)."""
     advisor: bool = False
     """Decide and log, never act."""
@@ -73,11 +73,13 @@ class GuardState:
     down_max: Mapping[str, int] = field(default_factory=dict)
     """The highest recommended configuration over the pending scale-down's delay."""
     changes_s: tuple[float, ...] = ()
-    """When the reconfigurations of the last 24 h were applied (s)."""
+    """When the reconfigurations of the last budget window were applied (s)."""
 
-    def after_action(self, at_s: float, reconfiguration: bool) -> "GuardState":
-        """The state once an action was applied at ``at_s``."""
-        changes = tuple(t for t in self.changes_s if t > at_s - DAY_S)
+    def after_action(self, at_s: float, reconfiguration: bool, budget_window_s: float) -> "GuardState":
+        """The state once an action was applied at ``at_s``. Reconfigurations older than
+        ``budget_window_s`` (the rails' ``budget_window_s``: a day, or the scaled day of a
+        compressed replay) are forgotten: the budget no longer counts them."""
+        changes = tuple(t for t in self.changes_s if t > at_s - budget_window_s)
         if reconfiguration:
             changes += (float(at_s),)
         return replace(self, last_action_s=float(at_s), down_since_s=None, down_max={}, changes_s=changes)

@@ -356,7 +356,7 @@ class ControlLoop:
                 self._in_force = {k: int(v) for k, v in actuation.config.items()}
                 if actuation.restart_s and actuation.restart_s > 0:
                     self.measured_restart_s = float(actuation.restart_s)
-            self.guard_state = self.guard_state.after_action(at, reconfiguration=scale)
+            self.guard_state = self.guard_state.after_action(at, scale, self.config.guard.budget_window_s)
             self._settled_after_s = at + float(actuation.restart_s or 0.0) + self.config.guard.settle_s
             self.detectors.reset()
         rec = self.store.add_action(replace(rec, applied=bool(actuation.applied),

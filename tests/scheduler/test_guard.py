@@ -5,7 +5,8 @@ import math
 import pytest
 
 from scheduler.decision import Decision, DecisionKind
-from scheduler.guard import GuardRails, GuardState, GuardView, guard
+from scheduler.guard import DAY_S, GuardRails, GuardState, GuardView, guard
+from scheduler.loop import LoopConfig
 
 CUR = {"src": 1, "a": 4, "b": 2}
 NOW = 1_000_000.0  # 13:46 UTC on day 12
@@ -81,7 +82,33 @@ def test_undo_bypasses_stabilization_but_not_bounds():
 
 def test_after_action_records_the_change_and_resets_the_delay():
     s = GuardState(down_since_s=5.0, down_max={"a": 1}, changes_s=(NOW - 90_000,))
-    s2 = s.after_action(NOW, reconfiguration=True)
+    s2 = s.after_action(NOW, reconfiguration=True, budget_window_s=DAY_S)
     assert s2.last_action_s == NOW and s2.down_since_s is None and s2.changes_s == (NOW,)
-    assert s.after_action(NOW, reconfiguration=False).changes_s == ()
+    assert s.after_action(NOW, reconfiguration=False, budget_window_s=DAY_S).changes_s == ()
     assert GuardState().last_action_s == -math.inf
+
+
+COMPRESSED = LoopConfig(guard=GuardRails(max_reconfigurations_per_day=2, stabilization_s=0)).scaled(1 / 48).guard
+
+PRUNE = [
+    # (name, changes before, rails, reconfiguration, changes after)
+    ("a day", (NOW - 90_000, NOW - 200), GuardRails(max_reconfigurations_per_day=2, stabilization_s=0), True,
+     (NOW - 200, NOW)),
+    ("compressed 48x: the scaled day (1800 s)", (NOW - 2_000, NOW - 1_000), COMPRESSED, True, (NOW - 1_000, NOW)),
+    ("compressed, a restart is not a reconfiguration", (NOW - 2_000, NOW - 1_000), COMPRESSED, False,
+     (NOW - 1_000,)),
+    ("a window longer than a day keeps what a day would drop", (NOW - 90_000,),
+     GuardRails(max_reconfigurations_per_day=2, stabilization_s=0, budget_window_s=2 * DAY_S), True,
+     (NOW - 90_000, NOW)),
+]
+
+
+@pytest.mark.parametrize("name,before,rails,reconf,after", PRUNE, ids=[c[0] for c in PRUNE])
+def test_after_action_prunes_with_the_budget_window(name, before, rails, reconf, after):
+    state = GuardState(changes_s=before).after_action(NOW, reconf, rails.budget_window_s)
+    assert state.changes_s == after
+    # forgetting never changes what the budget counts: the next decision is judged the same as
+    # with every change kept
+    kept = GuardState(changes_s=before + ((NOW,) if reconf else ()))
+    later = GuardView(now_s=NOW + 1, current=CUR)
+    assert guard(scale(a=6), state, rails, later)[0] == guard(scale(a=6), kept, rails, later)[0]
