@@ -114,6 +114,32 @@ def truth_errors(truth: JobModel, fitted: JobModel) -> dict[str, float]:
     return {k: float(v) for k, v in out.items() if np.isfinite(v)}
 
 
+@dataclass(frozen=True)
+class LearnConfig:
+    """``[learn]`` of a testbed run: augury starts from no model and learns one from a warm-up
+    recording of the simulated job (``learn_model``). Every field has a default."""
+
+    seconds: float = 30.0
+    """Length of each of the warm-up's six stretches (two configurations x three loads),
+    simulated seconds."""
+    seed: int = 1
+    """Testbed seed of the warm-up recording."""
+    workdir: str = "augury-learn"
+    """Where the warm-up's metrics store and the learned model (``learned_model.yaml``) go,
+    relative to the config file."""
+
+    def check(self, file: str | None = None) -> None:
+        from modeler.errors import AuguryError
+
+        if isinstance(self.seconds, bool) or not isinstance(self.seconds, (int, float)) or not self.seconds > 0 \
+                or not np.isfinite(self.seconds):
+            raise AuguryError("must be a finite number > 0", file=file, field="learn.seconds", value=self.seconds)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise AuguryError("must be an integer >= 0", file=file, field="learn.seed", value=self.seed)
+        if not isinstance(self.workdir, str) or not self.workdir:
+            raise AuguryError("must be a directory name", file=file, field="learn.workdir", value=self.workdir)
+
+
 def learn_model(truth: JobModel, workdir: str | Path, *, seed: int = 1, seconds: float = 30.0,
                 spark=None) -> tuple[JobModel, dict[str, float]]:
     """augury's model of ``truth``'s job, learned from measurements only, as a user's would be.

@@ -252,11 +252,13 @@ class LoopController:
     ``loop_config`` is in policy seconds; the loop runs in simulated seconds
     (``LoopConfig.scaled(1 / time_scale)``, its interval = the window). ``decider``: a callable
     ``(bed, cfg) -> Decider`` for the primary decider (default: the model decider). ``steps``
-    keeps every ``(policy time, Step)`` with ``keep_steps``.
+    keeps every ``(policy time, Step)`` with ``keep_steps``; ``store``: the loop's state store
+    (default in memory; ``augury run`` passes its SQLite state, which ``augury log`` reads);
+    ``on_step(step, view)`` is called after every step.
     """
 
     def __init__(self, model: JobModel, loop_config=None, name: str = "augury", keep_steps: bool = False,
-                 decider: Callable | None = None) -> None:
+                 decider: Callable | None = None, store=None, on_step: Callable | None = None) -> None:
         from scheduler.loop import LoopConfig
 
         self.model = model
@@ -264,6 +266,8 @@ class LoopController:
         self.name = name
         self.keep_steps = keep_steps
         self.decider_factory = decider
+        self.store = store
+        self.on_step = on_step
         self.steps: list = []
         self.loop = None
         self.bed = None
@@ -275,7 +279,7 @@ class LoopController:
         self.actuator = ReplayActuator(bed)
         lc = replace(self.loop_config, interval_s=cfg.window_s * cfg.time_scale).scaled(1.0 / cfg.time_scale)
         decider = self.decider_factory(bed, cfg) if self.decider_factory is not None else None
-        self.loop = ControlLoop(self.model, bed, self.actuator, lc, decider=decider)
+        self.loop = ControlLoop(self.model, bed, self.actuator, lc, store=self.store, decider=decider)
 
     @property
     def decider(self):
@@ -286,19 +290,23 @@ class LoopController:
         s = self.loop.step()
         if self.keep_steps:
             self.steps.append((view.now_s, s))
+        if self.on_step is not None:
+            self.on_step(s, view)
         return self.actuator.wanted
 
 
-def preemptive_decider(settings, history: pd.Series | None, day0: pd.Timestamp):
+def preemptive_decider(settings, history: pd.Series | None, day0: pd.Timestamp, floor_config=None):
     """``(bed, cfg) -> PreemptiveDecider`` for a replay starting at trace time ``day0``: the
     decider's clock maps the testbed's simulated seconds to trace time (``time_scale``), its
-    history is ``history`` (the rate history before the replay) then what the loop measured."""
+    history is ``history`` (the rate history before the replay) then what the loop measured; its
+    floor is the model decider with ``floor_config`` (``ModelDeciderConfig``, default its defaults)."""
     from scheduler.deciders import ModelDecider, PreemptiveDecider, scaled_clock
 
     def make(bed, cfg: ReplayConfig):
         clock = scaled_clock(bed.epoch0_s, pd.Timestamp(day0), cfg.time_scale)
         return PreemptiveDecider(settings, (lambda: history) if history is not None else None,
-                                 floor=ModelDecider(), clock=clock)
+                                 floor=ModelDecider(floor_config) if floor_config is not None else ModelDecider(),
+                                 clock=clock)
     return make
 
 

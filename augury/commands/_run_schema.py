@@ -115,17 +115,25 @@ class Part:
 
 def _when_text(when: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
     names = {"decider": "[decider] kind", "source": "[metrics] source", "actuator": "[actuator] kind"}
-    return ", ".join(f"{names.get(s, s)} = " + " or ".join(f'"{v}"' for v in values) for s, values in when)
+    loads = {("trace",): "[metrics] trace given", ("rate",): "no [metrics] trace"}
+    return ", ".join(loads[values] if s == "load" else f"{names.get(s, s)} = "
+                     + " or ".join(f'"{v}"' for v in values) for s, values in when)
 
 
 def _applies(when: tuple[tuple[str, tuple[str, ...]], ...], context: Mapping[str, str] | None) -> bool:
-    return context is None or all(context.get(setting) in values for setting, values in when)
+    return context is None or all(context.get(setting, _UNSTATED.get(setting)) in values for setting, values in when)
+
+
+_UNSTATED = {"load": "rate"}
+"""A setting a context may leave out, and what it then means (no ``trace``: a rate or steps)."""
 
 
 _PREEMPTIVE = (("decider", ("preemptive",)),)
 _NOT_PREEMPTIVE = (("decider", ("model", "reactive")),)
 _FLINK = (("source", ("flink",)),)
 _TESTBED = (("source", ("testbed",)),)
+_TESTBED_RATE = (("source", ("testbed",)), ("load", ("rate",)))
+_TRACE = (("source", ("testbed",)), ("load", ("trace",)))
 
 SCHEMA: tuple[Part, ...] = (
     Part("slo", "scheduler.targets.Targets", rename=(("latency_ms", "latency_slo_ms"),),
@@ -152,10 +160,16 @@ SCHEMA: tuple[Part, ...] = (
          defaults=(("window_s", "`intervals.interval_s`"),), note="the live Flink source, over REST"),
     Part("actuator", "scheduler.flink.LiveActuatorConfig", when=(("actuator", ("flink-rest",)),),
          note="the live Flink rescale (adaptive scheduler)"),
+    Part("metrics", "experiments.tracereplay.TraceReplayConfig", when=_TRACE,
+         note="a real trace day replayed time-compressed on the testbed (`trace` given): the loop steps "
+              "once per `intervals.interval_s` trace seconds, then prints `{\"summary\": ...}`"),
+    Part("learn", "experiments.recording.LearnConfig", when=_TESTBED,
+         note="optional: augury starts from no model and learns one from a warm-up recording of the "
+              "simulated job (ingest -> Spark -> calibrate); the model file then only runs the testbed"),
 )
 """Every (section, dataclass, renames, keys) of the run config. The docs and the checks read it."""
 
-SECTION_ORDER = ("job", "metrics", "actuator", "decider", "slo", "intervals", "guard", "trust", "reactive",
+SECTION_ORDER = ("job", "learn", "metrics", "actuator", "decider", "slo", "intervals", "guard", "trust", "reactive",
                  "blacklist", "forecast")
 """Order of the sections on the docs page; a section only ``SCHEMA`` names is appended."""
 
@@ -178,13 +192,13 @@ HAND_READ: tuple[HandKey, ...] = (
             "SQLite state database (action log, blacklist, trust), relative to the config file."),
     HandKey("metrics", "source", "string", '`"testbed"`', "", "`testbed` (the simulator; the loop advances it "
             "by `interval_s` per step) or `flink` (a live job)."),
-    HandKey("metrics", "seed", "integer", "`0`", "", "The testbed's random seed.", _TESTBED),
-    HandKey("metrics", "rate", "float", "`1000.0`", "tuples/s", "Constant input rate (unless `steps`).", _TESTBED),
+    HandKey("metrics", "seed", "integer", "`0`", "", "The testbed's random seed.", _TESTBED_RATE),
+    HandKey("metrics", "rate", "float", "`1000.0`", "tuples/s", "Constant input rate (unless `steps`).", _TESTBED_RATE),
     HandKey("metrics", "steps", "array of {at_s, rate}", "—", "s, tuples/s",
-            "Piecewise-constant input rate: from `at_s` on, `rate`.", _TESTBED),
+            "Piecewise-constant input rate: from `at_s` on, `rate`.", _TESTBED_RATE),
     HandKey("metrics", "faults", "string", "—", "", "Testbed fault file (docs/testbed.md §3), relative to the "
-            "config file.", _TESTBED),
-    HandKey("metrics", "restart_s", "float", "`10.0`", "s", "The testbed's restart time of a rescale.", _TESTBED),
+            "config file.", _TESTBED_RATE),
+    HandKey("metrics", "restart_s", "float", "`10.0`", "s", "The testbed's restart time of a rescale.", _TESTBED_RATE),
     HandKey("metrics", "rest_url", "string", "required", "", "The Flink REST URL, `http://host:port`.", _FLINK),
     HandKey("metrics", "job_id", "string", "—", "", "The job's id (32 hex); exactly one of `job_id`, `job_name`.",
             _FLINK),
@@ -217,6 +231,7 @@ def _source(raw: Mapping[str, Any]) -> str:
 CONTEXT: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "decider": lambda raw: raw.get("decider", {}).get("kind", "model"),
     "source": _source,
+    "load": lambda raw: "trace" if "trace" in raw.get("metrics", {}) else "rate",
     "actuator": lambda raw: raw.get("actuator", {}).get("kind", "testbed" if _source(raw) == "testbed"
                                                         else "flink-rest"),
 }
@@ -269,6 +284,17 @@ class Range:
 
 
 RANGES: dict[str, str] = {
+    # experiments.tracereplay.TraceReplayConfig (mirrors its check())
+    "TraceReplayConfig.days": "(0, inf)",
+    "TraceReplayConfig.speedup": "(0, inf)",
+    "TraceReplayConfig.peak_over_capacity": "(0, inf)",
+    "TraceReplayConfig.resample_s": "(0, inf)",
+    "TraceReplayConfig.restart_s": "[0, inf)",
+    "TraceReplayConfig.backlog_slo_s": "[0, inf)",
+    "TraceReplayConfig.seed": "[0, inf)",
+    # experiments.recording.LearnConfig (mirrors its check())
+    "LearnConfig.seconds": "(0, inf)",
+    "LearnConfig.seed": "[0, inf)",
     # scheduler.targets.Targets (mirrors Targets.__post_init__)
     "Targets.utilization_target": "(0, 1]",
     "Targets.latency_slo_ms": "(0, inf)",

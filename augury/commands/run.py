@@ -36,14 +36,15 @@ import argparse
 import json
 import sys
 import tomllib
-from dataclasses import fields
 from pathlib import Path
 
 from augury.commands._common import parse_duration_s
 from augury.errors import UsageError
 
 _SECTIONS = {"job", "metrics", "actuator", "slo", "intervals", "guard", "trust", "reactive", "blacklist",
-             "forecast", "decider"}
+             "forecast", "decider", "learn"}
+_TESTBED_KEYS = ("source", "rate", "steps", "seed", "restart_s", "faults")
+"""``[metrics]`` of a testbed run without a trace (a constant rate or steps)."""
 DECIDERS = ("model", "reactive", "preemptive")
 
 
@@ -56,6 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--duration", help="stop after this much (wall, or simulated for the testbed) time")
     parser.add_argument("--quiet", action="store_true", help="print only steps that decide something")
     parser.add_argument("--json", action="store_true", help="print one JSON object per step (JSON lines)")
+    parser.add_argument("--spark-master", default="local[2]", metavar="URL",
+                        help="Spark master for the [learn] warm-up's metrics pipeline (default local[2])")
     parser.set_defaults(func=run)
 
 
@@ -64,20 +67,12 @@ def _fail(path: str, field: str, value, message: str) -> UsageError:
 
 
 def _dataclass_from(cls, raw: dict, path: str, section: str, rename: dict | None = None):
-    rename = rename or {}
-    names = {f.name: f for f in fields(cls)}
-    kwargs = {}
-    for key, value in raw.items():
-        name = rename.get(key, key)
-        if name not in names:
-            raise _fail(path, f"{section}.{key}", value, f"unknown key (known: {', '.join(sorted(names))})")
-        if isinstance(value, list):
-            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-        kwargs[name] = value
-    try:
-        return cls(**kwargs)
-    except TypeError as err:
-        raise _fail(path, section, None, str(err)) from None
+    """``cls`` from one section's keys, every key checked for name, type and range (and the
+    dataclass's own ``check()``): ``augury.commands._run_schema.build``, the same table the docs
+    page ``docs/run-config.md`` is generated from."""
+    from augury.commands._run_schema import build
+
+    return build(cls, raw, path, section, rename)
 
 
 def load_run_config(path: str) -> dict:
@@ -168,6 +163,11 @@ def load_run_config(path: str) -> dict:
         raise _fail(path, "actuator.kind", actuator, "the flink-rest actuator needs metrics.source = \"flink\"")
     if source == "flink":
         spec.update(_flink_spec(path, metrics, actuator_raw, actuator, cfg))
+        if "learn" in raw:
+            raise _fail(path, "learn", None, "learning from a warm-up needs the testbed (a live job's model "
+                        "comes from `augury calibrate` on its metrics store)")
+    else:
+        spec.update(_testbed_spec(path, metrics, raw.get("learn"), cfg, actuator))
     decider = dict(raw.get("decider", {}))
     kind = decider.pop("kind", "model")
     if kind not in DECIDERS:
@@ -177,7 +177,8 @@ def load_run_config(path: str) -> dict:
     spec["decider"] = kind
     if kind == "preemptive":
         spec["forecast"] = None
-        spec["preemptive"] = _preemptive_spec(path, base, raw.get("forecast"), model_path)
+        spec["preemptive"] = _preemptive_spec(path, base, raw.get("forecast"), model_path,
+                                              trace=spec.get("trace") is not None)
     else:
         spec["forecast"] = _forecast_spec(path, base, raw.get("forecast"), model_path)
     return spec
@@ -206,16 +207,51 @@ def _history_source(path: str, base: Path, f: dict, model_path: str):
     return series_history(where)
 
 
-def _preemptive_spec(path: str, base: Path, raw: dict | None, model_path: str):
-    """``[decider] kind = "preemptive"``: ``[forecast]`` holds the history (``store`` or ``series``)
-    and any ``scheduler.deciders.PreemptiveConfig`` field. Returns (config, read_history)."""
+def _testbed_spec(path: str, metrics: dict, learn: dict | None, cfg, actuator: str) -> dict:
+    """The testbed source: a constant ``rate`` or ``steps`` (and ``faults``), or a real ``trace``
+    replayed time-compressed (``experiments.tracereplay.TraceReplayConfig``; then the loop steps
+    once per metrics window of ``intervals.interval_s`` trace seconds). ``[learn]``: augury starts
+    from no model and learns one from a warm-up (``experiments.recording.LearnConfig``)."""
+    from experiments.recording import LearnConfig
+    from experiments.tracereplay import TraceReplayConfig
+
+    out: dict = {"trace": None, "learn": None}
+    if learn is not None:
+        out["learn"] = _dataclass_from(LearnConfig, learn, path, "learn")
+    if "trace" not in metrics:
+        for key in metrics:
+            if key not in _TESTBED_KEYS:
+                raise _fail(path, f"metrics.{key}", metrics[key], "unknown key (known: "
+                            + ", ".join(sorted(_TESTBED_KEYS + ("trace",))) + ")")
+        return out
+    for key in ("rate", "steps", "faults"):
+        if key in metrics:
+            raise _fail(path, f"metrics.{key}", metrics[key], "a trace replay takes its load from metrics.trace")
+    if actuator != "testbed":
+        raise _fail(path, "actuator.kind", actuator, "a trace replay applies its decisions to the testbed")
+    out["trace"] = _dataclass_from(TraceReplayConfig, {k: v for k, v in metrics.items() if k != "source"},
+                                   path, "metrics")
+    return out
+
+
+def _preemptive_spec(path: str, base: Path, raw: dict | None, model_path: str, trace: bool = False):
+    """``[decider] kind = "preemptive"``: ``[forecast]`` holds the history (``store`` or ``series``;
+    in a trace replay the trace before ``metrics.start``) and any
+    ``scheduler.deciders.PreemptiveConfig`` field. Returns (config, read_history or None)."""
     from scheduler.deciders import PreemptiveConfig
 
-    if not raw:
+    f = dict(raw or {})
+    if trace:
+        for key in ("store", "series", "job"):
+            if key in f:
+                raise _fail(path, f"forecast.{key}", f[key], "in a trace replay the history is the trace "
+                            "before metrics.start")
+        read_history = None
+    elif not raw:
         raise _fail(path, "forecast", None, "the pre-emptive decider needs a [forecast] section "
                     "with store or series")
-    f = dict(raw)
-    read_history = _history_source(path, base, f, model_path)
+    else:
+        read_history = _history_source(path, base, f, model_path)
     config = _dataclass_from(PreemptiveConfig, f, path, "forecast")
     if not 0 < config.quantile < 1:
         raise _fail(path, "forecast.quantile", config.quantile, "must lie strictly between 0 and 1")
@@ -305,6 +341,8 @@ def run(args: argparse.Namespace) -> int:
     from scheduler.interfaces import InMemoryActuator
     from scheduler.loop import ControlLoop, format_step
     from scheduler.state import InMemoryStateStore, SQLiteStateStore
+    if spec["trace"] is not None:
+        return _run_trace(args, spec, duration)
     if args.iterations is None and duration is None:
         raise UsageError("the testbed source needs a bound: --iterations N or --duration D", field="--iterations")
     model = load_model(spec["model"])
@@ -319,7 +357,8 @@ def run(args: argparse.Namespace) -> int:
                  faults=faults)
     actuator = tb if spec["actuator"] == "testbed" else InMemoryActuator(tb.current())
     store = SQLiteStateStore(spec["state"]) if spec["state"] else InMemoryStateStore()
-    loop = ControlLoop(model, tb, actuator, spec["loop"], store=store, decider=build_decider(spec))
+    known, _ = _learned(args, spec, model)
+    loop = ControlLoop(known, tb, actuator, spec["loop"], store=store, decider=build_decider(spec))
     sim_clock = lambda: tb.now_s  # noqa: E731 - the testbed's time is simulated
 
     def show(step):
@@ -329,6 +368,77 @@ def run(args: argparse.Namespace) -> int:
             print(format_step(step), flush=True)
 
     loop.run(iterations=args.iterations, duration_s=duration, wait=tb.advance, on_step=show, clock=sim_clock)
+    return 0
+
+
+def _learned(args: argparse.Namespace, spec: dict, truth):
+    """augury's model: the testbed's own model file (no ``[learn]``), or one learned from a warm-up
+    recording of the simulated job through ingest -> Spark -> calibrate (``[learn]``; the model
+    file then only runs the testbed). Returns ``(model, calibration figures or None)``."""
+    learn = spec.get("learn")
+    if learn is None:
+        return truth, None
+    from experiments.recording import learn_model
+    from history.spark import spark_session
+    from modeler.modelfile import dump_model
+
+    workdir = spec["base"] / learn.workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"learning the model: {6 * learn.seconds:g} simulated seconds of warm-up -> ingest -> Spark -> "
+          f"calibrate ({workdir})", file=sys.stderr, flush=True)
+    model, calibration = learn_model(truth, workdir, seed=learn.seed, seconds=learn.seconds,
+                                     spark=spark_session(master=args.spark_master))
+    (workdir / "learned_model.yaml").write_text(dump_model(model))
+    return model, calibration
+
+
+def _run_trace(args: argparse.Namespace, spec: dict, duration: float | None) -> int:
+    """A real trace day replayed on the testbed (``experiments.tracereplay``), the loop stepping
+    once per metrics window; prints the steps, then one JSON object ``{"summary": {...}}``:
+    SLO-violation minutes (of which restarts / load), instance-hours, reconfigurations, windows,
+    days, the calibration figures of a learned model."""
+    import pandas as pd
+
+    from experiments.replay import preemptive_decider
+    from experiments.tracereplay import prepare, replay_augury, resolve_trace, summary
+    from modeler.modelfile import load_model
+    from scheduler.loop import format_step
+    from scheduler.state import InMemoryStateStore, SQLiteStateStore
+
+    if args.iterations is not None or duration is not None:
+        raise UsageError("a trace replay runs metrics.days of the trace; set that instead",
+                         field="--iterations" if args.iterations is not None else "--duration",
+                         value=args.iterations if args.iterations is not None else args.duration)
+    trace, loop_cfg = spec["trace"], spec["loop"]
+    truth = load_model(spec["model"])
+    path = resolve_trace(trace.trace, spec["base"])
+    targets = loop_cfg.targets
+    decider_kind = spec["decider"]
+    forecast_step_s = spec["preemptive"][0].forecast_step_s if decider_kind == "preemptive" else 900.0
+    prepared = prepare(truth, path, trace, window_s=loop_cfg.interval_s / trace.speedup,
+                       forecast_step_s=forecast_step_s, utilization_target=targets.utilization_target,
+                       latency_slo_ms=targets.latency_slo_ms if targets.latency_slo_ms is not None else 50.0)
+    model, calibration = _learned(args, spec, truth)
+    if decider_kind == "preemptive":
+        decider = preemptive_decider(spec["preemptive"][0], prepared.history, prepared.day0, loop_cfg.model)
+    else:
+        decider = lambda bed, cfg: build_decider(spec)  # noqa: E731 - the same decider, built per replay
+
+    def show(step, view):
+        when = (prepared.day0 + pd.Timedelta(seconds=view.now_s)).strftime("%Y-%m-%d %H:%M")
+        if args.json:
+            sys.stdout.write(json.dumps({"trace_time": when, **step.to_dict()}, default=str) + "\n")
+        elif not args.quiet or step.decision.kind not in ("none", "hold"):
+            print(f"[{when}] {format_step(step)}", flush=True)
+
+    store = SQLiteStateStore(spec["state"]) if spec["state"] else InMemoryStateStore()
+    result, _ = replay_augury(model, truth, prepared, loop_cfg, decider, store=store, on_step=show)
+    out = {**summary(result, trace.days), "trace": str(trace.trace), "start": str(prepared.day0),
+           "decider": decider_kind, "learned": calibration is not None}
+    if calibration is not None:
+        out["calibration"] = calibration
+    sys.stdout.write(json.dumps({"summary": out}, default=float) + "\n")
+    sys.stdout.flush()
     return 0
 
 

@@ -39,7 +39,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from experiments.harness import ExperimentContext, ExperimentError, ExperimentResult
@@ -64,7 +63,7 @@ UNIFORM_KEYS = ("ds2/uniform-keys",)
 @dataclass(frozen=True)
 class Params:
     model_file: str = "examples/wordcount.yaml"
-    days: int = 1
+    days: float = 1.0
     """Days replayed per trace (``--quick``: 1 day of one trace). 1 for time on the shared machine."""
     speedup: float = 960.0
     """Trace seconds per simulated second (a day in 90 simulated seconds)."""
@@ -99,19 +98,6 @@ class Params:
     """The oracle decides this often (6 times a day, augury's budget)."""
 
 
-def rate_series(path, step_s: float) -> pd.Series:
-    """The trace as tuples/s on a regular grid of at least ``step_s``."""
-    from history.series import load_series
-
-    s = load_series(path)
-    native = float(np.median(np.diff(s.index.asi8)) / 1e9)
-    rates = (s / native).astype(float)
-    grid = max(step_s, native)
-    if grid > native:
-        rates = rates.resample(f"{int(grid)}s").mean()
-    return rates.interpolate(limit_direction="both")
-
-
 def settings(params: Params):
     """augury's pre-emptive decider settings (``scheduler.deciders.PreemptiveConfig``)."""
     from scheduler.deciders import PreemptiveConfig
@@ -123,59 +109,77 @@ def settings(params: Params):
         refit_s=params.refit_s, reactive_trigger=params.reactive_trigger)
 
 
-def augury_controller(model, params: Params, history: pd.Series, day0: pd.Timestamp):
-    """augury as ``augury run`` runs it: the product loop with the pre-emptive decider on the
-    model learned from measurements (``experiments.recording.learn_model``)."""
-    from experiments.replay import LoopController, preemptive_decider
+def replay_seed(seed: int, trace: str) -> int:
+    """The testbed seed of ``trace``'s replay in a run with ``seed`` (by the trace's place in
+    ``TRACES``, so ``--quick`` and the full run replay a trace alike)."""
+    return seed * 100 + list(TRACES).index(trace)
+
+
+def trace_config(trace: str, params: Params, days: float, seed: int):
+    """The replay of ``trace`` as ``augury run`` reads it from ``[metrics]``
+    (``experiments.tracereplay.TraceReplayConfig``)."""
+    from experiments.tracereplay import TraceReplayConfig
+
+    file, hist_start, replay_start = TRACES[trace]
+    return TraceReplayConfig(trace=file, start=replay_start, history_start=hist_start, days=days,
+                             speedup=params.speedup, peak_over_capacity=params.peak_over_capacity,
+                             resample_s=params.replay_resample_s, restart_s=params.restart_s, seed=seed)
+
+
+def loop_config(params: Params):
+    """augury's loop settings (the ``[slo]``, ``[intervals]`` and ``[guard]`` of a run config):
+    the targets, one step per metrics window, the daily budget of the schedule."""
+    from scheduler.guard import GuardRails
     from scheduler.loop import LoopConfig
     from scheduler.targets import Targets
 
-    from scheduler.guard import GuardRails
-
-    loop = LoopConfig(targets=Targets(utilization_target=params.utilization_target,
+    return LoopConfig(interval_s=params.window_s * params.speedup,
+                      targets=Targets(utilization_target=params.utilization_target,
                                       latency_slo_ms=params.latency_slo_ms),
                       guard=GuardRails(max_reconfigurations_per_day=params.max_reconfigurations_per_day))
-    return LoopController(model, loop, name="augury", decider=preemptive_decider(settings(params), history, day0))
 
 
-def run_trace(trace: str, params: Params, days: int, seed: int, repo, traces_dir, progress,
-              learned=None) -> list:
+def prepare(trace: str, params: Params, days: float, seed: int, truth, traces_dir):
+    """``experiments.tracereplay.prepare`` for one trace of the suite."""
+    from experiments.tracereplay import prepare as prepare_trace
+
+    cfg = trace_config(trace, params, days, seed)
+    return prepare_trace(truth, Path(traces_dir) / cfg.trace, cfg, window_s=params.window_s,
+                         forecast_step_s=params.forecast_step_s, utilization_target=params.utilization_target,
+                         latency_slo_ms=params.latency_slo_ms)
+
+
+def run_augury(model, truth, prepared, params: Params, store=None, on_step=None):
+    """augury's row: the product loop with the pre-emptive decider on ``model`` (learned from
+    measurements), exactly what ``augury run`` runs for a trace replay
+    (``experiments.tracereplay.replay_augury``). Returns ``(ReplayResult, LoopController)``."""
+    from experiments.replay import preemptive_decider
+    from experiments.tracereplay import replay_augury
+
+    loop = loop_config(params)
+    return replay_augury(model, truth, prepared, loop,
+                         preemptive_decider(settings(params), prepared.history, prepared.day0, loop.model),
+                         store=store, on_step=on_step)
+
+
+def run_trace(trace: str, params: Params, days: float, seed: int, repo, traces_dir, progress,
+              learned=None, policies=POLICIES) -> list:
     from experiments.baselines import (DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy, OraclePolicy,
                                        StaticPolicy, ds2_max)
-    from experiments.replay import PolicyController, ReplayConfig, drive
+    from experiments.replay import PolicyController, drive
     from experiments.suite.convergence import unskewed
-    from experiments.testbed import load_trace
     from modeler.modelfile import load_model, to_graph
-    from modeler.queueing import predict
     from scheduler.plan import PlanConfig, plan
 
-    file, hist_start, replay_start = TRACES[trace]
-    path = traces_dir / file
-    if not path.is_file():
-        raise ExperimentError("trace file missing", file=str(path), field="trace", value=trace)
+    if trace not in TRACES:
+        raise ExperimentError("unknown trace", field="trace", value=trace)
     truth = load_model(str(repo / params.model_file))
-    day0 = pd.Timestamp(replay_start)
-    end = day0 + pd.Timedelta(days=days)
-    raw = rate_series(path, 0.0)
-    span = raw[(raw.index >= pd.Timestamp(hist_start)) & (raw.index < end)]
-    scale = params.peak_over_capacity * predict(truth, None, 0.0).max_rate / float(span.max())
-    rates = rate_series(path, params.forecast_step_s) * scale
-    duration = days * 86400 / params.speedup
-    load = load_trace(path, speedup=params.speedup, scale=scale, start=str(day0), duration_s=duration,
-                      resample_s=params.replay_resample_s if params.replay_resample_s > float(
-                          np.median(np.diff(raw.index.asi8)) / 1e9) else None)
+    prepared = prepare(trace, params, days, seed, truth, traces_dir)
     pc = PlanConfig(utilization_target=params.utilization_target, latency_slo_ms=params.latency_slo_ms)
-    rate_at = lambda t: load.rate_at(t / params.speedup)  # noqa: E731 - policy seconds -> tuples/s
-    actual_peak = max(load.rates)
-    first = plan(truth, rate_at(0.0), pc).config
+    actual_peak = max(prepared.load.rates)
     graph = to_graph(truth)
     uniform = unskewed(repo / params.model_file)
-    ts = params.speedup
-    rcfg = ReplayConfig(window_s=params.window_s, time_scale=ts, restart_s=params.restart_s,
-                        latency_slo_ms=params.latency_slo_ms, seed=seed)
     controllers = {
-        "augury": lambda: augury_controller(learned if learned is not None else truth, params,
-                                            rates[rates.index < day0], day0),
         # peers take every duration in policy seconds (``drive`` hands them policy time)
         "flink-autoscaler": lambda: PolicyController(FlinkAutoscalerPolicy(graph), settle=True),
         "ds2": lambda: PolicyController(DS2Policy(graph), settle=True),
@@ -183,22 +187,27 @@ def run_trace(trace: str, params: Params, days: int, seed: int, repo, traces_dir
         "dhalion": lambda: PolicyController(DhalionPolicy(graph), settle=True),
         "ds2/uniform-keys": lambda: PolicyController(DS2Policy(graph, name="ds2/uniform-keys"), settle=True),
         "static-peak": lambda: PolicyController(StaticPolicy(name="static-peak")),
-        "oracle": lambda: PolicyController(OraclePolicy(truth, rate_at, interval_s=params.oracle_interval_s,
+        "oracle": lambda: PolicyController(OraclePolicy(truth, prepared.rate_at, interval_s=params.oracle_interval_s,
                                                         restart_s=params.restart_s, sample_s=300.0,
                                                         utilization_target=params.utilization_target,
                                                         latency_slo_ms=params.latency_slo_ms)),
     }
     out = []
-    for policy in POLICIES:
-        progress(f"{trace} {day0.date()} +{days} d: {policy}")
+    for policy in policies:
+        progress(f"{trace} {prepared.day0.date()} +{days:g} d: {policy}")
+        if policy == "augury":
+            r, c = run_augury(learned if learned is not None else truth, truth, prepared, params)
+            out.append((trace, r, c))
+            continue
         c = controllers[policy]()
         if policy == "static-peak":
             initial = dict(plan(truth, actual_peak, pc).config)
         elif policy == "oracle":
             initial = dict(c.policy.config_for(c.policy.peak(0.0)))
         else:
-            initial = dict(first)
-        r = drive(uniform if policy in UNIFORM_KEYS else truth, load, c, rcfg, initial, duration)
+            initial = dict(prepared.initial)
+        r = drive(uniform if policy in UNIFORM_KEYS else truth, prepared.load, c, prepared.replay, initial,
+                  prepared.duration_s)
         out.append((trace, r, c))
     return out
 
@@ -209,24 +218,17 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     days = 1 if ctx.quick else params.days
     rows, timelines = [], {}
     from experiments.recording import learn_model
+    from experiments.tracereplay import summary
     from modeler.modelfile import dump_model, load_model
 
     ctx.progress("augury learns its model: warm-up on the testbed -> ingest -> Spark -> calibrate")
     truth = load_model(str(ctx.repo / params.model_file))
     learned, calibration = learn_model(truth, Path(ctx.workdir) / "learn", seed=ctx.seed)
     (Path(ctx.workdir) / "learned_model.yaml").write_text(dump_model(learned))
-    for k, trace in enumerate(traces):
-        for tr, r, c in run_trace(trace, params, days, ctx.seed * 100 + k, ctx.repo, ctx.traces_dir, ctx.progress,
+    for trace in traces:
+        for tr, r, c in run_trace(trace, params, days, replay_seed(ctx.seed, trace), ctx.repo, ctx.traces_dir, ctx.progress,
                                   learned=learned):
-            rows.append({"trace": tr, "policy": r.policy, "days": days,
-                         "violation_minutes": r.violation_minutes,
-                         # of which restarts (their windows, charged restart + drain) and the rest
-                         # (settled windows violated: under-provisioning, late reaction)
-                         "restart_violation_minutes": _minutes(r.timeline, settled=False),
-                         "load_violation_minutes": _minutes(r.timeline, settled=True),
-                         "instance_hours": r.instance_hours,
-                         "reconfigurations": r.reconfigurations,
-                         "reconfigurations_per_day": r.reconfigurations / days,
+            rows.append({"trace": tr, **summary(r, days),
                          "violated_share": float(r.timeline["violated"].mean()),
                          "peak_instances": int(r.timeline["instances"].max()),
                          "forecast_methods": ",".join(sorted(set(getattr(getattr(c, "decider", None), "forecast_methods_", [])))),
@@ -276,11 +278,6 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     return ExperimentResult(
         params={"traces": ",".join(traces), "policies": ",".join(POLICIES), **params.__dict__, "days": days},
         metrics=metrics, tables={"runs": table, "totals": totals}, figures=figures, summary="\n".join(lines))
-
-
-def _minutes(timeline: pd.DataFrame, settled: bool) -> float:
-    """Violation minutes charged to settled windows, or to the windows restarts touched."""
-    return float(timeline.loc[timeline["settled"] == settled, "violated_s"].sum() / 60.0)
 
 
 def _figure(trace: str, timelines, workdir):

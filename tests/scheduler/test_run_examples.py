@@ -9,7 +9,8 @@ from augury.commands.run import load_run_config
 from experiments.bundled import examples_dir
 
 
-@pytest.mark.parametrize("name", ["run-testbed.toml", "run-reactive-testbed.toml", "run-flink.toml"])
+@pytest.mark.parametrize("name", ["run-testbed.toml", "run-reactive-testbed.toml", "run-flink.toml",
+                                  "run-preemptive-testbed.toml"])
 def test_bundled_run_configs_load(name, tmp_path):
     spec = load_run_config(str(examples_dir() / name))
     assert spec["decider"] in ("model", "reactive", "preemptive")
