@@ -25,6 +25,7 @@ instance restarts and data-skew reports (``combine``). Rates tuples/s, times s, 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -309,8 +310,9 @@ class PreemptiveDecider:
 
     ``read_history()``: the rate history before the loop started (tuples/s, DatetimeIndex in
     forecast time; e.g. ``scheduler.forecasting.store_history``), None for none: the loop's
-    own measurements are appended. ``clock``: source seconds -> forecast time. Inspection:
-    ``schedules_`` (every schedule built), ``forecast_methods_``, ``reactive_replans_``.
+    own measurements are appended (only the last ``history_days`` of them are kept). ``clock``:
+    source seconds -> forecast time. Inspection: ``schedules_`` (every schedule built),
+    ``forecast_methods_``, ``reactive_replans_``.
     """
 
     path = "preemptive"
@@ -330,7 +332,9 @@ class PreemptiveDecider:
         self._next_replan: pd.Timestamp | None = None
         self._quiet_until: pd.Timestamp | None = None
         self._floor: dict[str, int] | None = None
-        self._measured: dict[pd.Timestamp, float] = {}
+        self._measured: OrderedDict[pd.Timestamp, float] = OrderedDict()
+        """Offered rate of each measured window by its start (forecast time), oldest first; the
+        last ``history_days`` only."""
         self._capacity: dict[tuple, float] = {}
         self._plans: dict = {}
         self._plans_key: tuple | None = None
@@ -368,7 +372,17 @@ class PreemptiveDecider:
                         & (base.index >= now - pd.Timedelta(days=self.config.history_days))]
             parts.insert(0, base)
         parts = [p for p in parts if len(p)]
-        return pd.concat(parts) if parts else pd.Series(dtype=float)
+        if not parts:
+            return pd.Series(dtype=float)
+        history = pd.concat(parts)
+        return history[history.index >= now - pd.Timedelta(days=self.config.history_days)]
+
+    def _forget(self, now: pd.Timestamp) -> None:
+        """Drop the measurements older than ``history_days`` before ``now``: ``history`` never
+        hands them to the forecaster again, and a long run keeps its memory bounded."""
+        oldest = now - pd.Timedelta(days=self.config.history_days)
+        while self._measured and next(iter(self._measured)) < oldest:
+            self._measured.popitem(last=False)
 
     def _replan(self, now: pd.Timestamp, measured: float, ctx: DecisionContext, keep_current: bool) -> None:
         import numpy as np
@@ -414,6 +428,7 @@ class PreemptiveDecider:
         window_len = now - self.clock(w.start_s)
         measured = w.offered_rate
         self._measured[self.clock(w.start_s)] = measured
+        self._forget(now)
         current = dict(ctx.config)
         scheduled = getattr(self, "_schedule", None) is not None
         hot = (scheduled and (self._quiet_until is None or now >= self._quiet_until)

@@ -81,6 +81,57 @@ def test_combine_keeps_restarts_and_reports():
     assert quiet.kind == DecisionKind.RESTART_INSTANCE
 
 
+def _windows_through(decider, ev, ctx, n, window_s, first=0):
+    """Windows ``first .. first + n - 1`` of ``window_s`` each (the evaluation's rates) through
+    ``decider``: the decisions and the last window's end."""
+    from dataclasses import replace
+
+    out = []
+    for k in range(first, first + n):
+        w = replace(ev.window, start_s=ctx.now_s + window_s * k, window_s=window_s)
+        out.append(decider.decide(Evaluation(**{**ev.__dict__, "window": w}), replace(ctx, now_s=w.end_s)))
+    return out, w.end_s
+
+
+def test_preemptive_measurements_stay_within_history_days():
+    # a week of hourly windows, history_days = 3: the measured rates the decider keeps (and the
+    # history it hands the forecaster) stop growing at three days
+    ev, ctx = setup(1000.0)
+    start = pd.Timestamp("2026-01-08 00:00")
+    clock = lambda s: start + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
+    decider = PreemptiveDecider(PreemptiveConfig(forecast_step_s=3600.0, history_days=3.0, replan_s=1e9,
+                                                 method="seasonal-naive"), clock=clock)
+    sizes = []
+    for day in range(7):
+        _, end_s = _windows_through(decider, ev, ctx, 24, 3600.0, first=24 * day)
+        sizes.append(len(decider._measured))
+    assert decider.schedules_  # it forecast once two days were measured
+    now = clock(end_s)
+    assert sizes == [24, 48, 72, 72, 72, 72, 72]
+    assert min(decider._measured) >= now - pd.Timedelta(days=3)
+    h = decider.history(now)
+    assert len(h) == 72 and h.index[0] >= now - pd.Timedelta(days=3)
+
+
+def test_preemptive_forgetting_leaves_a_short_run_unchanged():
+    # a run shorter than history_days forgets nothing: the decider decides (and forecasts from)
+    # exactly what one that keeps 1,000 days does
+    ev, ctx = setup(1000.0)
+    idx = pd.date_range(end="2026-01-08 10:15", periods=7 * 96, freq="15min")  # a week before the run
+    hours = (idx.hour + idx.minute / 60.0).to_numpy()
+    history = pd.Series(1000.0 + 900.0 * (abs(hours - 12.5) < 1.5), index=idx)
+    clock = lambda s: pd.Timestamp("2026-01-08 10:30") + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
+    runs = {}
+    for days in (8.0, 1000.0):
+        decider = PreemptiveDecider(PreemptiveConfig(lead_time_s=3600.0, method="seasonal-naive", history_days=days,
+                                                     replan_s=1800.0), read_history=lambda: history, clock=clock)
+        decisions, end_s = _windows_through(decider, ev, ctx, 24, 900.0)  # six hours
+        runs[days] = ([d.to_dict() for d in decisions], decider.history(clock(end_s)), len(decider._measured))
+    assert runs[8.0][0] == runs[1000.0][0] and any(d["kind"] == "scale" for d in runs[8.0][0])
+    pd.testing.assert_series_equal(runs[8.0][1], runs[1000.0][1])
+    assert runs[8.0][2] == runs[1000.0][2] == 24
+
+
 def test_preemptive_decider_scales_before_a_forecast_peak():
     # a daily cycle peaking at 1,900/s at noon; now is 10:30 and 1,000/s is offered: the schedule
     # (lead time 1 h) brings the capacity for the peak before it arrives.
