@@ -6,7 +6,10 @@ together a ``Step``). ``ControlLoop`` only orders the stages; what they do lives
 * **collect** reads the complete windows newer than the last read (``MetricsSource``) and turns
   them into ``scheduler.observe.JobWindow`` values. A failed, malformed or partial read gives an
   ``Observation`` with ``ok=False``; windows measured under another configuration than the one
-  in force, or before the job settled after an action, are dropped as stale.
+  in force, or before the job settled after an action, are dropped as stale. A source's
+  arrival rate counts its backlog's change since the window read right before (kept or
+  dropped); a window with none read right before it (the first, or after a gap) counts no
+  change.
 * **evaluate** updates model trust (``scheduler.trust``), recalibrates when the model became
   untrusted, runs the reactive detectors and diagnosers (``scheduler.reactive``) and judges
   logged actions whose effect has settled (``scheduler.outcomes``; a failed scale-down is
@@ -212,6 +215,8 @@ class ControlLoop:
         self._last_as_of: float | None = None
         self._settled_after_s = -math.inf
         self._in_force: dict[str, int] | None = None
+        self._lags: tuple[float, dict[str, float]] | None = None
+        """(end s, backlog per source) of the newest window read, kept or dropped."""
         self._restore()
 
     @property
@@ -251,16 +256,19 @@ class ControlLoop:
             batch = self.source.read(self._last_as_of)
             if self._in_force is None:
                 self._in_force = {k: int(v) for k, v in self.actuator.current().items()}
-            lag_before = {s.operator: s.source_lag for s in self.history[-1].sources} if self.history else {}
-            windows = job_windows(batch, sources=[op.name for op in self.model.sources], lag_before=lag_before)
+            end_s, lags = self._lags or (None, {})
+            windows = job_windows(batch, sources=[op.name for op in self.model.sources], lag_before=lags,
+                                  lag_before_s=end_s)
         except Exception as err:  # noqa: BLE001 - any failed read is a failed read
             return Observation(ok=False, as_of_s=None, windows=(), error=_err(err))
         if self._last_as_of is not None and batch.as_of_s <= self._last_as_of:
             return Observation(ok=False, as_of_s=batch.as_of_s, windows=(),
                                error=f"stale batch (as of {batch.as_of_s:g} <= {self._last_as_of:g})")
         self._last_as_of = float(batch.as_of_s)
-        fresh = [w for w in windows if dict(w.config) == self._in_force
-                 and w.start_s >= self._settled_after_s and w.end_s <= batch.as_of_s + 1e-6]
+        complete = [w for w in windows if w.end_s <= batch.as_of_s + 1e-6]
+        if complete:
+            self._lags = (complete[-1].end_s, {s.operator: s.source_lag for s in complete[-1].sources})
+        fresh = [w for w in complete if dict(w.config) == self._in_force and w.start_s >= self._settled_after_s]
         return Observation(ok=True, as_of_s=float(batch.as_of_s), windows=tuple(fresh),
                            dropped=len(windows) - len(fresh))
 

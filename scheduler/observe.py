@@ -29,6 +29,8 @@ METRICS = frozenset({
     "parallelism",
 })
 _REQUIRED = ("records_in", "busy_ms")
+_CONTIGUOUS_S = 1e-3
+"""Windows this close (s) follow each other (timestamps are read to the microsecond)."""
 
 
 class MalformedMetrics(MetricsUnavailable):
@@ -188,13 +190,19 @@ def batch_frame(batch: MetricsBatch) -> pd.DataFrame:
 
 
 def job_windows(batch: MetricsBatch, sources: Sequence[str] | None = None,
-                lag_before: Mapping[str, float] | None = None) -> tuple[JobWindow, ...]:
+                lag_before: Mapping[str, float] | None = None,
+                lag_before_s: float | None = None) -> tuple[JobWindow, ...]:
     """Every complete window of ``batch`` as a ``JobWindow``, oldest first.
 
     ``sources``: the job's source operators (default: operators that report ``source_lag`` or
-    receive no ``records_out``). ``lag_before``: each source's backlog at the end of the window
-    before the batch's first one (for its arrival rate); without it the first window's backlog
-    growth counts as 0. Raises ``MalformedMetrics`` (see the module docstring).
+    receive no ``records_out``). A source's arrival rate is what it processed plus the growth
+    of its backlog since the window before; ``lag_before``: each source's backlog at the end of
+    the window before the batch's first one, measured at ``lag_before_s`` (s; None: right
+    before the first window). A window with no backlog measured right before it (the batch's
+    first without ``lag_before``, or one after a gap: ``lag_before_s`` or the previous window
+    ending elsewhere than where it starts) counts no backlog growth: a backlog it already
+    carries is not taken for its arrivals, nor is growth over a longer stretch divided by its
+    length. Raises ``MalformedMetrics`` (see the module docstring).
     """
     df = batch_frame(batch)
     config = {str(k): int(v) for k, v in batch.config.items()}
@@ -209,9 +217,13 @@ def job_windows(batch: MetricsBatch, sources: Sequence[str] | None = None,
         sources = sorted(lagged | (ops_seen - targets))
     sources = set(sources)
     lag_prev = dict(lag_before or {})
+    prev_end_s = lag_before_s
     out = []
     for start, g in df.groupby("start_s", sort=True):
         w = float(g["window_s"].iloc[0])
+        if prev_end_s is not None and abs(float(start) - prev_end_s) > _CONTIGUOUS_S:
+            lag_prev = {}  # a gap: the backlog right before this window is unknown
+        prev_end_s = float(start) + w
         job = str(g["job"].iloc[0])
         piv = g.groupby(["operator", "metric", "instance"])["value"].sum()
         operators: dict[str, OperatorWindow] = {}

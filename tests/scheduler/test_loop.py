@@ -173,3 +173,41 @@ def test_a_scale_down_that_did_not_help_is_undone_and_blacklisted():
     assert all(e.until_s > steps[-1].at_s for e in loop.store.blacklist())
     # the same scale-down is proposed again and blocked by the blacklist
     assert any("blacklisted: scale a for planned" in b for s in steps for b in s.decision.blocked)
+
+
+def test_a_backlog_already_there_at_the_first_window_is_not_taken_for_arrivals():
+    # the source's first window already carries a backlog (40,000 tuples, draining at 1,000/s):
+    # with nothing measured before it, the window counts no backlog growth (offered = accepted),
+    # neither the backlog as arrivals nor a drop from an assumed empty one; the next batch's
+    # window has the one before it and measures the true offered rate
+    from scheduler.interfaces import InMemoryActuator, InMemoryMetricsSource
+
+    job, model, cfg = _setup(rate=1000.0)
+    job.lag = 50_000.0
+    job.advance(10)
+    source = InMemoryMetricsSource([job.read()])
+    loop = ControlLoop(model, source, InMemoryActuator(job.current()), cfg)
+    first = loop.step().observation.windows[0]
+    assert first.backlog == pytest.approx(40_000.0) and first.input_rate == pytest.approx(2000.0)
+    assert first.offered_rate == pytest.approx(first.input_rate)
+    job.advance(10)
+    source.push(job.read(first.end_s))
+    second = loop.step().observation.windows[0]
+    assert second.backlog == pytest.approx(30_000.0) and second.offered_rate == pytest.approx(1000.0)
+
+
+def test_windows_dropped_after_an_action_still_measure_the_backlog_before_the_next_one():
+    # a load step backs the job up; the scale-up's unsettled window (dropped) drains the backlog:
+    # the first settled window's arrivals count the backlog change since the dropped window, not
+    # since the last settled one (which spread two windows' drain over one)
+    job, model, cfg = _setup(guard=GuardRails(stabilization_s=30, settle_s=10))
+    loop = ControlLoop(model, job, job, cfg)
+    loop.run(iterations=6, wait=job.advance)
+    job.rate = 3000.0
+    steps = loop.run(iterations=8, wait=job.advance)
+    assert len(job.applied) == 1 and sum(s.observation.dropped for s in steps) >= 1
+    kept = [w for s in steps for w in s.observation.windows]
+    acted_s = T0.timestamp() + job.applied[0][0]
+    before, after = [w for w in kept if w.end_s <= acted_s], [w for w in kept if w.start_s > acted_s]
+    assert before[-1].backlog > 10_000.0 and after[0].backlog < before[-1].backlog  # drained meanwhile
+    assert all(w.offered_rate == pytest.approx(3000.0) for w in kept)

@@ -1,10 +1,11 @@
 import math
 
+import pandas as pd
 import pytest
 
 from scheduler.interfaces import MetricsBatch, MetricsUnavailable
 from scheduler.observe import MalformedMetrics, history_frames, job_windows
-from tests.scheduler.synth import FluidJob
+from tests.scheduler.synth import T0, FluidJob
 
 
 def _job(**kw):
@@ -43,6 +44,26 @@ def test_source_arrival_counts_backlog_growth():
     assert w[1].input_rate == pytest.approx(500.0)
     assert w[1].offered_rate == pytest.approx(800.0)
     assert w[1].backlog == pytest.approx(6000.0)
+
+
+def test_backlog_growth_is_counted_only_across_adjacent_windows():
+    # 800/s offered, 500/s processed: the backlog grows 3,000 per window. A window after a gap
+    # (or after a lag_before measured elsewhere) counts no growth rather than two windows' worth.
+    job = FluidJob(service_ms={"a": 2.0}, config={"a": 1}, rate=800.0)
+    job.advance(30)
+    batch = job.read()
+    t1 = T0 + pd.Timedelta(seconds=10)
+    gap = MetricsBatch(as_of_s=batch.as_of_s, rows=tuple(r for r in batch.rows if pd.Timestamp(r[0]) != t1),
+                       config=batch.config)
+    w = job_windows(gap, sources=["source"])
+    assert [x.backlog for x in w] == [3000.0, 9000.0]
+    assert w[1].offered_rate == pytest.approx(w[1].input_rate) == pytest.approx(500.0)
+    last = MetricsBatch(as_of_s=batch.as_of_s, rows=tuple(r for r in batch.rows if pd.Timestamp(r[0]) > t1),
+                        config=batch.config)
+    end_1 = T0.timestamp() + 20.0
+    assert job_windows(last, ["source"], {"source": 6000.0}, end_1)[0].offered_rate == pytest.approx(800.0)
+    assert job_windows(last, ["source"], {"source": 6000.0})[0].offered_rate == pytest.approx(800.0)
+    assert job_windows(last, ["source"], {"source": 3000.0}, end_1 - 10)[0].offered_rate == pytest.approx(500.0)
 
 
 def _batch(rows, config):
