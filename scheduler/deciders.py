@@ -347,26 +347,46 @@ class PreemptiveDecider:
             self._capacity[key] = predict(model, dict(config), 0.0).max_rate * targets.utilization_target
         return self._capacity[key]
 
+    def _given(self) -> pd.Series | None:
+        """The given history (read once), on the forecast grid when it is finer than it."""
+        if self.read_history is None:
+            return None
+        if self._base is None:
+            from scheduler.forecasting import _naive_utc
+
+            base = _naive_utc(self.read_history())
+            step = pd.Timedelta(seconds=self.config.forecast_step_s)
+            native = pd.Timedelta(base.index.to_series().diff().median()) if len(base) > 1 else step
+            if native < step:
+                base = base.resample(step, origin="epoch").mean()
+            self._base = base.interpolate(limit_direction="both")
+        return self._base
+
+    def grid(self) -> pd.Timedelta:
+        """The forecasting grid: ``forecast_step_s``, or the given history's own step when it is
+        coarser (a 30-minute trace stays on 30 minutes; measured windows are binned onto it, so
+        the series the forecaster sees is regular)."""
+        step = pd.Timedelta(seconds=self.config.forecast_step_s)
+        base = self._given()
+        if base is not None and len(base) > 1:
+            native = pd.Timedelta(base.index.to_series().diff().median())
+            if native > step:
+                return native
+        return step
+
     def history(self, now: pd.Timestamp) -> pd.Series:
         """The rate history on the forecast grid up to ``now``: the given history, then what was
         measured (complete grid steps only)."""
-        step = pd.Timedelta(seconds=self.config.forecast_step_s)
+        step = self.grid()
         parts = []
+        base = self._given()
         if self._measured:
             m = pd.Series(self._measured).sort_index()
-            binned = m.resample(step, origin="epoch").mean().dropna()
+            origin = base.index[0] if base is not None and len(base) else "epoch"
+            binned = m.resample(step, origin=origin).mean().dropna()
             binned = binned[binned.index + step <= now]
             parts.append(binned)
-        if self.read_history is not None:
-            if self._base is None:
-                from scheduler.forecasting import _naive_utc
-
-                base = _naive_utc(self.read_history())
-                native = pd.Timedelta(base.index.to_series().diff().median())
-                if len(base) > 1 and native < step:
-                    base = base.resample(step, origin="epoch").mean()
-                self._base = base.interpolate(limit_direction="both")
-            base = self._base
+        if base is not None:
             first = parts[0].index[0] if parts and len(parts[0]) else now
             base = base[(base.index < first) & (base.index + step <= now)
                         & (base.index >= now - pd.Timedelta(days=self.config.history_days))]
@@ -399,7 +419,7 @@ class PreemptiveDecider:
             self._fitted, self._fitted_at = Forecaster(method=p.method).fit(history), now
         else:
             self._fitted = self._fitted.update(history)
-        steps = int(math.ceil(p.horizon_s / p.forecast_step_s)) + 1
+        steps = int(math.ceil(p.horizon_s / self.grid().total_seconds())) + 1
         fc = self._fitted.forecast(steps, quantiles=(p.quantile,))
         forecast = pd.Series(np.asarray(fc.quantiles[p.quantile], float), index=pd.DatetimeIndex(fc.timestamps))
         forecast = forecast[forecast.index > now]

@@ -146,3 +146,29 @@ def test_preemptive_decider_scales_before_a_forecast_peak():
     assert decider.schedules_, d.reasons
     assert d.kind == DecisionKind.SCALE and d.path == "preemptive"
     assert d.config["a"] * 1000.0 * 0.7 >= 1900.0 * 0.99
+
+
+def test_preemptive_history_stays_on_a_coarser_given_grid():
+    # a 30-minute history (the NYC-taxi trace's step) with forecast_step_s = 900: measured windows
+    # are binned onto the history's 30-minute grid, so the series the forecaster fits is regular
+    # (binning them at 15 minutes made every re-plan fail with "not on the 1800 s grid" and left
+    # the model decider alone).
+    ev, ctx = setup(1000.0)
+    idx = pd.date_range(end="2026-01-08 10:00", periods=7 * 48, freq="30min")
+    history = pd.Series(1000.0, index=idx)
+    start = pd.Timestamp("2026-01-08 10:30")
+    clock = lambda s: start + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
+    decider = PreemptiveDecider(PreemptiveConfig(forecast_step_s=900.0, method="seasonal-naive"),
+                                read_history=lambda: history, clock=clock)
+    assert decider.grid() == pd.Timedelta(minutes=30)
+    from dataclasses import replace
+
+    for k in range(40):  # 40 five-minute windows: 10:30 .. 13:50
+        w = replace(ev.window, start_s=ctx.now_s + 300.0 * k, window_s=300.0)
+        e = Evaluation(**{**ev.__dict__, "window": w})
+        c = replace(ctx, now_s=w.end_s)
+        d = decider.decide(e, c)
+        assert not any("no schedule" in r for r in d.reasons), d.reasons
+    h = decider.history(clock(ctx.now_s + 300.0 * 40))
+    steps = pd.Series(h.index).diff().dropna().unique()
+    assert list(steps) == [pd.Timedelta(minutes=30)] and h.index[-1] == pd.Timestamp("2026-01-08 13:00")
