@@ -274,6 +274,8 @@ class FlinkAutoscalerPolicy:
     name: str = "flink-autoscaler"
     _samples: list = field(default_factory=list)
     _running_since_s: float = -math.inf
+    _collecting_since_s: float | None = None
+    """Time of the first sample kept since the last (re)start."""
     _config: dict | None = None
     _delayed: dict = field(default_factory=dict)
     """Pending scale-downs: vertex -> (first trigger time, [(time, recommended parallelism)])."""
@@ -282,6 +284,7 @@ class FlinkAutoscalerPolicy:
         self._samples = []
         self._delayed = {}
         self._running_since_s = now_s
+        self._collecting_since_s = None
 
     def decide(self, now_s: float, stats: Mapping[str, OperatorStats], config: Mapping[str, int]
                ) -> dict[str, int] | None:
@@ -290,10 +293,16 @@ class FlinkAutoscalerPolicy:
         self._config = dict(config)
         if now_s < self._running_since_s + self.stabilization_s:
             return None
+        if not self._samples and self._collecting_since_s is None:
+            self._collecting_since_s = now_s
         self._samples.append((now_s, stats))
         self._samples = [(t, s) for t, s in self._samples if t >= now_s - self.metrics_window_s - 1e-9]
         first = self._samples[0][0]
-        if now_s - first < self.metrics_window_s - 1e-9 or len(self._samples) < 2:
+        # Full once a whole window has passed since collection (re)started, as Flink's collector
+        # does (job running + stabilization + window): not since the oldest *kept* sample, which
+        # never lies a whole window back when the window is not a multiple of the sample interval
+        # (15 min of 4-minute samples: the policy never acted).
+        if now_s - self._collecting_since_s < self.metrics_window_s - 1e-9 or len(self._samples) < 2:
             return None
         # the first sample is the counters' baseline: rates come from the samples after it
         window = [s for t, s in self._samples if t > first]

@@ -140,6 +140,22 @@ def test_flink_waits_out_the_metric_window_then_acts_rate_based():
     assert new["a"] == 5
 
 
+def test_flink_window_fills_when_it_is_not_a_multiple_of_the_sample_interval():
+    # 4-minute samples, a 15-minute window: full at the first sample >= 15 min after collection
+    # started (960 s after the sample at 0); it had been judged from the oldest *kept* sample,
+    # which never lay 15 min back, so the policy never acted (0 reconfigurations in preemptive).
+    config = {"src": 1, "a": 2, "b": 1}
+    stats = _stats(arrival=1500.0, a_busy=0.95, b_busy=0.5)
+    t, new = _flink_feed(FlinkAutoscalerPolicy(_graph()), stats, config, every=240.0)
+    assert t == pytest.approx(960.0) and new["a"] == 5
+    # after its rescale: stabilization, then again a whole window from the first kept sample
+    policy = FlinkAutoscalerPolicy(_graph())
+    _flink_feed(policy, stats, config, every=240.0)
+    t2, _ = _flink_feed(policy, _stats(arrival=3000.0, a_busy=0.95, a_p=5, b_busy=0.5), new, start=1200.0,
+                        until=6 * 3600.0, every=240.0)
+    assert t2 == pytest.approx(1440.0 + 960.0)  # 1200 < 960 + 300: skipped; 1440 starts; +4 samples
+
+
 def test_flink_restart_allowance_and_catch_up():
     config = {"src": 1, "a": 2, "b": 1}
     stats = _stats(arrival=1500.0, a_busy=0.95, b_busy=0.5)
