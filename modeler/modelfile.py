@@ -5,17 +5,23 @@ YAML or JSON, same content::
     augury: 1
     job: wordcount
     network_delay_ms: 0.1            # optional, per hop
+    restart_base_s: 10               # optional restart model (modeler.restart)
+    restore_mb_per_s: 50             # needed when an operator has state_mb > 0
     operators:
       - {name: source, role: source, parallelism: 1}
       - {name: split, parallelism: 2, service_time_ms: 0.5, service_scv: 1.0,
          min_parallelism: 1, max_parallelism: 128}
-      - {name: count, parallelism: 2, service_time_ms: 0.2}
+      - {name: count, parallelism: 2, service_time_ms: 0.2, state_mb: 2000}
     edges:
       - {from: source, to: split, grouping: shuffle, selectivity: 1.0}
       - {from: split, to: count, grouping: key, selectivity: 7.0,
          keys: {distribution: zipf, exponent: 1.0, count: 10000}}
 
-Units: times in ms, rates in tuples/s. Every problem found while loading raises a
+Units: times in ms, rates in tuples/s; the restart model's times in s and state in MB (MB/s
+for the restore rate): ``state_mb`` is an operator's keyed state in total (split over its
+instances), ``restart_base_s`` and ``restore_mb_per_s`` predict a reconfiguration's restart time
+(``modeler.restart.restart_time_s``). All three are optional; without them the restart time is
+the caller's default base (the testbed's ``restart_s``). Every problem found while loading raises a
 ``ModelError`` naming the file, the field (``operators[2].service_time_ms``) and the value.
 
 ``parse_model`` is pure (dict in, ``JobModel`` out); ``load_model`` reads the file and calls it.
@@ -45,11 +51,11 @@ SCALING_FORMS = ("linear", "contention", "table")
 
 _TOP_KEYS = {
     "augury", "job", "network_delay_ms", "buffer_timeout_ms", "buffer_records",
-    "operators", "edges", "calibration",
+    "restart_base_s", "restore_mb_per_s", "operators", "edges", "calibration",
 }
 _OPERATOR_KEYS = {
     "name", "role", "parallelism", "service_time_ms", "service_scv", "min_parallelism",
-    "max_parallelism", "rate_share", "arrival_scv", "scaling",
+    "max_parallelism", "rate_share", "arrival_scv", "scaling", "state_mb",
 }
 _EDGE_KEYS = {"from", "to", "grouping", "selectivity", "keys"}
 _KEYS_KEYS = {"distribution", "exponent", "count", "weights"}
@@ -123,6 +129,9 @@ class OperatorSpec:
     arrival_scv: float = 1.0
     """Sources only: SCV of external inter-arrival times (1 = Poisson)."""
     scaling: ScalingSpec = field(default_factory=ScalingSpec)
+    state_mb: float = 0.0
+    """Keyed state the operator holds, MB, in total over its instances (each holds its key
+    groups' part); what a restart restores (``modeler.restart``). 0 = stateless."""
 
     @property
     def is_source(self) -> bool:
@@ -158,6 +167,17 @@ class JobModel:
     calibration: Mapping[str, Any] | None = None
     """Free-form section written by calibration (diagnostics, fitted forms); kept as-is."""
     source_file: str | None = None
+    restart_base_s: float | None = None
+    """Fixed part of a reconfiguration's restart time, s (stop, redeploy, start); None = not
+    given (``modeler.restart`` then uses the caller's default)."""
+    restore_mb_per_s: float | None = None
+    """Rate at which a restart restores state, MB/s (the job's aggregate: checkpoint storage ->
+    task managers); required when an operator has ``state_mb`` > 0."""
+
+    @property
+    def state_mb(self) -> float:
+        """The job's keyed state in total, MB."""
+        return float(sum(op.state_mb for op in self.operators))
 
     # ------------------------------------------------------------------ lookups
     @property
@@ -388,10 +408,11 @@ def _parse_operator(ctx: _Ctx, raw: Any, i: int, require_profiles: bool) -> Oper
         raise ctx.fail("must be within [0, 1]", f"{where}.rate_share", share)
     arrival_scv = ctx.number(raw, "arrival_scv", where, 1.0, non_negative=True)
     scaling = _parse_scaling(ctx, raw["scaling"], f"{where}.scaling") if "scaling" in raw else ScalingSpec()
+    state = ctx.number(raw, "state_mb", where, 0.0, non_negative=True)
     return OperatorSpec(
         name=name, role=role, parallelism=parallelism, service_time_ms=service, service_scv=scv,
         min_parallelism=min_p, max_parallelism=max_p, rate_share=share, arrival_scv=arrival_scv,
-        scaling=scaling,
+        scaling=scaling, state_mb=state,
     )
 
 
@@ -437,6 +458,8 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
     network = ctx.number(data, "network_delay_ms", "", 0.0, non_negative=True)
     buffer_timeout = ctx.number(data, "buffer_timeout_ms", "", 0.0, non_negative=True)
     buffer_records = ctx.number(data, "buffer_records", "", 1, positive=True, integer=True)
+    restart_base = ctx.number(data, "restart_base_s", "", None, non_negative=True, allow_none=True)
+    restore_rate = ctx.number(data, "restore_mb_per_s", "", None, positive=True, allow_none=True)
 
     raw_ops = data.get("operators")
     if not isinstance(raw_ops, list) or not raw_ops:
@@ -474,6 +497,12 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
             if pu != pv:
                 raise ctx.fail(f"forward edge needs equal parallelism on both ends ({pu} != {pv})",
                                f"edges[{i}].grouping", "forward")
+    stateful = [i for i, op in enumerate(operators) if op.state_mb > 0]
+    if stateful and restore_rate is None and require_profiles:
+        i = stateful[0]
+        raise ctx.fail(f"an operator holds state (operators[{i}].state_mb = {operators[i].state_mb:g}): "
+                       "the restore rate (MB/s) is required to predict restart time",
+                       "restore_mb_per_s")
     shares = [op.rate_share for op in operators if op.is_source and op.rate_share is not None]
     n_sources = sum(op.is_source for op in operators)
     if shares and (sum(shares) > 1 + 1e-9 or (len(shares) == n_sources and abs(sum(shares) - 1) > 1e-6)):
@@ -483,6 +512,7 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
         job=job, operators=tuple(operators), edges=tuple(edges), network_delay_ms=network,
         buffer_timeout_ms=buffer_timeout, buffer_records=buffer_records,
         calibration=data.get("calibration"), source_file=source,
+        restart_base_s=restart_base, restore_mb_per_s=restore_rate,
     )
     graph = to_graph(model)
     if not nx.is_directed_acyclic_graph(graph):
@@ -553,6 +583,8 @@ def model_to_dict(model: JobModel) -> dict[str, Any]:
         elif op.scaling.form == "table":
             raw["scaling"] = {"form": "table", "parallelism": list(op.scaling.parallelism),
                               "factor": list(op.scaling.factor)}
+        if op.state_mb:
+            raw["state_mb"] = op.state_mb
         ops.append(raw)
     edges = []
     for e in model.edges:
@@ -574,6 +606,10 @@ def model_to_dict(model: JobModel) -> dict[str, Any]:
     if model.buffer_timeout_ms:
         out["buffer_timeout_ms"] = model.buffer_timeout_ms
         out["buffer_records"] = model.buffer_records
+    if model.restart_base_s is not None:
+        out["restart_base_s"] = model.restart_base_s
+    if model.restore_mb_per_s is not None:
+        out["restore_mb_per_s"] = model.restore_mb_per_s
     out["operators"] = ops
     out["edges"] = edges
     if model.calibration is not None:

@@ -91,6 +91,15 @@ CASES = [
     (("operators", 2, "service_time_ms"), _DELETE, "operators[2].service_time_ms", None),
     (("augury",), 2, "augury", "2"),
     (("operators", 1, "service_scv"), "high", "operators[1].service_scv", "high"),
+    # the restart model (modeler.restart)
+    (("operators", 2, "state_mb"), -5, "operators[2].state_mb", "-5"),
+    (("operators", 2, "state_mb"), "1 GB", "operators[2].state_mb", "1 GB"),
+    (("operators", 2, "state_mb"), float("inf"), "operators[2].state_mb", "inf"),
+    (("operators", 2, "state_mb"), 100.0, "restore_mb_per_s", "operators[2].state_mb = 100"),
+    (("restart_base_s",), -1, "restart_base_s", "-1"),
+    (("restart_base_s",), True, "restart_base_s", "True"),
+    (("restore_mb_per_s",), 0, "restore_mb_per_s", "0"),
+    (("restore_mb_per_s",), 1e13, "restore_mb_per_s", "10000000000000.0"),
 ]
 
 
@@ -166,3 +175,25 @@ def test_rate_shares_must_sum_to_one():
     with pytest.raises(ModelError, match="sum to 1") as err:
         parse_model(data)
     assert "rate_share" in str(err.value)
+
+
+def test_restart_model_round_trips_and_defaults_to_none():
+    plain = parse_model(BASE)
+    assert plain.restart_base_s is None and plain.restore_mb_per_s is None
+    assert plain.state_mb == 0.0 and all(op.state_mb == 0.0 for op in plain.operators)
+    assert "restart_base_s" not in dump_model(plain) and "state_mb" not in dump_model(plain)
+    data = copy.deepcopy(BASE)
+    data.update(restart_base_s=12.5, restore_mb_per_s=80)
+    data["operators"][2]["state_mb"] = 4000
+    model = parse_model(data)
+    assert model.operator("count").state_mb == 4000.0 and model.state_mb == 4000.0
+    assert (model.restart_base_s, model.restore_mb_per_s) == (12.5, 80.0)
+    for fmt in ("yaml", "json"):
+        again = parse_model_text(dump_model(model, fmt))
+        assert again.operators == model.operators
+        assert (again.restart_base_s, again.restore_mb_per_s) == (12.5, 80.0)
+
+
+def test_a_topology_file_may_give_state_without_a_restore_rate():
+    data = _mutated(("operators", 2, "state_mb"), 100.0)
+    assert parse_model(data, require_profiles=False).state_mb == 100.0
