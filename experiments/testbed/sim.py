@@ -29,6 +29,7 @@ from experiments.testbed.load import as_load
 from modeler.errors import ModelError
 from modeler.keys import key_group_of, key_weights
 from modeler.modelfile import JobModel, to_graph
+from modeler.restart import restart_estimate
 from scheduler.interfaces import Actuation, ActuationFailed, MetricsBatch, MetricsUnavailable
 
 U_POOL = 1 << 18
@@ -164,6 +165,9 @@ class Testbed:
         self._windows: list[tuple[float, dict]] = []
         self._events: list[dict] = []
         self._pause_end: dict[int, float] = {}
+        self._pause_from: dict[int, tuple[int, float, float]] = {}
+        """Restarting operator -> (reconfiguration number, its start in s, state restored MB)."""
+        self._reconfigurations = 0
         self._active_slow: list[SlowInstance] = []
         self._tot_in = np.zeros(nops, dtype=np.int64)
         self._tot_soj = np.zeros(nops)
@@ -230,7 +234,10 @@ class Testbed:
             for v, end in list(self._pause_end.items()):
                 if end <= self._t_ms + 1e-9:
                     del self._pause_end[v]
-                    self._log("restart_done", self._names[v])
+                    k, start_s, state_mb = self._pause_from.pop(v, (None, self.now_s, 0.0))
+                    self._log("restart_done", self._names[v],
+                              {"reconfiguration": k, "restart_s": round(self.now_s - start_s, 9),
+                               "state_mb": state_mb})
             self._apply_controls()
 
     @property
@@ -260,8 +267,11 @@ class Testbed:
         return {name: int(self._p[v]) for v, name in enumerate(self._names)}
 
     def apply(self, config: Mapping[str, int], reason: str = "") -> Actuation:
-        """Rescale now: the changed operators (all with ``restart_scope='job'``) pause for
-        ``restart_s``; their queued tuples are kept and follow their key groups."""
+        """Rescale now: the changed operators (all with ``restart_scope='job'``) pause for the
+        model's restart time of the change (``modeler.restart.restart_time_s``: the model file's
+        ``restart_base_s`` or else ``TestbedConfig.restart_s``, plus its state over its restore
+        rate; exactly ``restart_s`` for a model without a restart model or state); their queued
+        tuples are kept and follow their key groups."""
         current = self.current()
         try:
             new = self.model.resolve_config({**current, **dict(config)})
@@ -271,11 +281,20 @@ class Testbed:
         if not changed:
             return Actuation(applied=False, config=current, restart_s=0.0, detail="no change")
         restarted = set(range(len(self._names))) if self.cfg.restart_scope == "job" else changed
-        self._reconfigure([new[n] for n in self._names], restarted)
-        self._log("reconfigure", detail={"from": current, "to": new, "restart_s": self.cfg.restart_s,
+        try:
+            estimate = restart_estimate(self.model, current, new, default_base_s=float(self.cfg.restart_s))
+        except ModelError as err:
+            raise ActuationFailed(err.message, field=err.field, value=err.value) from None
+        restart_s = float(estimate.restart_s)
+        self._reconfigurations += 1
+        for v in restarted:
+            self._pause_from[v] = (self._reconfigurations, self.now_s, estimate.state_mb)
+        self._reconfigure([new[n] for n in self._names], restarted, restart_s)
+        self._log("reconfigure", detail={"from": current, "to": new, "restart_s": restart_s,
                                          "restarted": sorted(self._names[v] for v in restarted),
-                                         "reason": reason})
-        return Actuation(applied=True, config=new, restart_s=float(self.cfg.restart_s), detail=reason)
+                                         "reason": reason, "reconfiguration": self._reconfigurations,
+                                         "state_mb": estimate.state_mb})
+        return Actuation(applied=True, config=new, restart_s=restart_s, detail=reason)
 
     def restart_instance(self, operator: str, instance: int, reason: str = "") -> Actuation:
         """Restart one instance on a healthy host (``scheduler.loop.InstanceRestarter``): the
@@ -744,7 +763,7 @@ class Testbed:
         _ = old_rate
 
     # ------------------------------------------------------ (re)construction
-    def _reconfigure(self, new_p: list[int], restarted: set[int]) -> None:
+    def _reconfigure(self, new_p: list[int], restarted: set[int], restart_s: float) -> None:
         s = self._s
         now = self._t_ms
         K.flush_all(s, now)
@@ -764,15 +783,16 @@ class Testbed:
                 if done:
                     break
         self._harvest()
-        self._build(new_p, restarted, spilled)
+        self._build(new_p, restarted, spilled, restart_s=restart_s)
         self._set_slow()
 
-    def _build(self, new_p: list[int], restarted: set[int], spilled, initial: bool = False) -> None:
+    def _build(self, new_p: list[int], restarted: set[int], spilled, initial: bool = False,
+               restart_s: float = 0.0) -> None:
         old = self._s
         old_p = list(self._p)
         now = self._t_ms
         nops = len(self._ops)
-        restart_ms = 0.0 if initial else self.cfg.restart_s * 1000.0
+        restart_ms = 0.0 if initial else restart_s * 1000.0
         p = np.array(new_p, dtype=np.int64)
         op_first = np.zeros(nops, dtype=np.int64)
         op_first[1:] = np.cumsum(p)[:-1]
