@@ -82,7 +82,10 @@ class TestbedConfig:
     """Testbed-only extra relative service-time growth per extra instance, on top of the model's
     ``scaling``: E[S](p) = E[S] * scaling.factor_at(p) * (1 + contention_overhead * (p - 1))."""
     restart_s: float = 10.0
-    """Downtime of a reconfiguration, s (the restarted operators process nothing meanwhile)."""
+    """Downtime of a reconfiguration, s (the restarted operators process nothing meanwhile), for a
+    model file without a restart model; with one (``state_mb``, ``restart_base_s``,
+    ``restore_mb_per_s``) the downtime is ``modeler.restart.restart_time_s`` of the change and
+    this is its base when the model file gives no ``restart_base_s``."""
     restart_scope: str = "operator"
     """operator (only rescaled operators restart) or job (every operator restarts, as Flink does)."""
     many_keys: int = 1 << 20
