@@ -54,10 +54,14 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     result = plan(model, rate, PlanConfig(utilization_target=u, latency_slo_ms=slo, latency_stat=stat,
                                           align=args.align))
+    from augury.commands.predict import format_restart, restart_fields, restart_of_change
+
+    restart = restart_of_change(model, result.config)
     if args.json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), **restart_fields(restart)})
     else:
         print(format_plan(result))
+        print(format_restart(restart))
     return 0 if result.feasible else 1
 
 

@@ -27,11 +27,37 @@ def run(args: argparse.Namespace) -> int:
     config = parse_config(args.config)
     model = load_model(args.model)
     prediction = predict(model, config, rate)
+    restart = restart_of_change(model, prediction.config)
     if args.json:
-        print_json(prediction.to_dict())
+        print_json({**prediction.to_dict(), **restart_fields(restart)})
     else:
         print(format_prediction(prediction))
+        print(format_restart(restart))
     return 0
+
+
+def restart_of_change(model, config):
+    """``modeler.restart.restart_estimate`` of changing the model file's configuration (the one
+    running) into ``config``."""
+    from modeler.restart import restart_estimate
+
+    return restart_estimate(model, model.config, config)
+
+
+def restart_fields(estimate) -> dict:
+    """The JSON keys ``predict`` and ``plan`` add: ``restart_s`` (predicted restart time of the
+    change, s; 0 when the configuration does not change) and ``restart`` (its parts)."""
+    return {"restart_s": estimate.restart_s, "restart": estimate.to_dict()}
+
+
+def format_restart(e) -> str:
+    """One line: the predicted restart time of the change and where it comes from."""
+    if not e.changed:
+        return "restart: none (the configuration does not change)"
+    parts = f"base {e.base_s:g} s" + (" (assumed: the model gives no restart_base_s)" if e.base_assumed else "")
+    if e.state_mb > 0:
+        parts += f" + {e.state_mb:,.0f} MB state / {e.restore_mb_per_s:g} MB/s"
+    return f"restart: {e.restart_s:,.1f} s predicted for changing {', '.join(e.changed)} ({parts})"
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:

@@ -25,6 +25,31 @@ def test_json_contract(capsys):
     assert out["operators"]["count"]["arrival_rate"] == pytest.approx(3500.0)
 
 
+def test_json_reports_the_predicted_restart_of_the_change(capsys, tmp_path):
+    # no restart model, no change: no restart; a change: the default fixed base
+    assert main(["predict", WORDCOUNT, "--rate", "500", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["restart_s"] == 0.0 and out["restart"]["changed"] == []
+    assert main(["predict", WORDCOUNT, "--rate", "500", "--config", "count=3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["restart_s"] == 10.0
+    assert out["restart"] == {"restart_s": 10.0, "base_s": 10.0, "state_mb": 0.0, "restore_mb_per_s": None,
+                              "base_assumed": True, "changed": ["count"]}
+    # a stateful model: base + the job's state / restore rate
+    text = (EXAMPLES / "wordcount.yaml").read_text().replace(
+        "network_delay_ms: 0.1", "network_delay_ms: 0.1\nrestart_base_s: 5\nrestore_mb_per_s: 100").replace(
+        "service_time_ms: 0.2,", "service_time_ms: 0.2, state_mb: 3000,")
+    model = tmp_path / "stateful.yaml"
+    model.write_text(text)
+    assert main(["predict", str(model), "--rate", "500", "--config", "split=3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["restart_s"] == pytest.approx(35.0)
+    assert out["restart"]["state_mb"] == 3000.0 and out["restart"]["base_assumed"] is False
+    assert main(["predict", str(model), "--rate", "500", "--config", "split=3"]) == 0
+    assert "restart: 35.0 s predicted for changing split (base 5 s + 3,000 MB state / 100 MB/s)" \
+        in capsys.readouterr().out
+
+
 def test_partial_config_and_saturation(capsys):
     assert main(["predict", WORDCOUNT, "--rate", "100000", "--config", "count=4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -120,7 +120,8 @@ PATHS = st.sampled_from(["augury", "job", "network_delay_ms", "buffer_timeout_ms
                          "operators.2.min_parallelism", "operators.2.service_scv", "operators.0.rate_share",
                          "operators.2.scaling", "operators.2.name", "operators.2.role", "edges.3.keys",
                          "edges.3.keys.count", "edges.3.keys.exponent", "edges.3.selectivity", "edges.0.grouping",
-                         "edges.0.from", "operators", "edges", "operators.2"])
+                         "edges.0.from", "operators", "edges", "operators.2", "operators.2.state_mb",
+                         "restart_base_s", "restore_mb_per_s"])
 
 
 def _set(data, path: str, value) -> None:

@@ -26,7 +26,13 @@ def test_plan_json_contract(capsys):
     assert code == 0 and not err
     data = json.loads(out)
     assert set(data) == {"feasible", "rate", "config", "instances", "total_instances", "latency_stat",
-                         "optimal", "evaluations", "variable", "reasons", "prediction"}
+                         "optimal", "evaluations", "variable", "reasons", "prediction",
+                         "restart_s", "restart"}
+    # the predicted restart of changing the model file's configuration into the plan
+    from modeler.restart import restart_time_s
+    assert data["restart_s"] == restart_time_s(load_model(DIAMOND), None, data["config"])
+    assert data["restart_s"] == (10.0 if data["restart"]["changed"] else 0.0)
+    assert data["restart"]["base_assumed"] is True
     expected = plan(load_model(DIAMOND), 12500.0).to_dict()
     assert data["feasible"] and data["instances"] >= expected["instances"]
     assert data["prediction"]["latency_ms"]["p99"] <= 5.0
