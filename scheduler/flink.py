@@ -129,6 +129,30 @@ GROUPINGS = {"HASH": "key", "REBALANCE": "shuffle", "RESCALE": "shuffle", "FORWA
              "BROADCAST": "broadcast", "GLOBAL": "shuffle", "CUSTOM": "key"}
 
 
+CHECKPOINTING_OFF = "Checkpointing has not been enabled"
+"""Flink's 404 message on ``/jobs/<id>/checkpoints`` for a job without checkpointing."""
+BYTES_PER_MB = float(1 << 20)
+"""State sizes in MB count 2**20 bytes, as Flink's web UI does."""
+
+
+def checkpoint_state_mb(payload, url: str | None = None) -> float | None:
+    """``latest.completed.state_size`` (bytes: the full state, not the incremental
+    ``checkpointed_size``) of a ``/jobs/<id>/checkpoints`` answer, in MB; None when no checkpoint
+    has completed. A malformed answer raises ``MetricsUnavailable`` naming the field."""
+    latest = payload.get("latest") if isinstance(payload, dict) else None
+    if not isinstance(latest, dict):
+        raise MetricsUnavailable("not a Flink checkpoint statistics answer (no 'latest')",
+                                 field="latest", value=url)
+    completed = latest.get("completed")
+    if completed is None:
+        return None
+    size = completed.get("state_size") if isinstance(completed, dict) else None
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or not math.isfinite(size) or size < 0:
+        raise MetricsUnavailable("must be a number of bytes >= 0", field="latest.completed.state_size",
+                                 value=size)
+    return float(size) / BYTES_PER_MB
+
+
 def operator_name(vertex_name: str) -> str:
     first = vertex_name.split(" -> ")[0].strip()
     for prefix in ("Source: ", "Sink: "):
@@ -185,7 +209,9 @@ class FlinkMetricsSource:
         """Windows discarded because a restart or rescale happened inside them."""
 
     # ------------------------------------------------------------------ HTTP
-    def _get(self, path: str):
+    def _get(self, path: str, none_if_404_says: str | None = None):
+        """The JSON answer of ``path``; ``None`` for a 404 whose body contains ``none_if_404_says``
+        (Flink answers 404 for "nothing to report" too, e.g. checkpointing disabled)."""
         url = self.rest_url + path
         last: Exception | None = None
         for attempt in range(max(1, self.config.retries)):
@@ -194,6 +220,9 @@ class FlinkMetricsSource:
                     return json.loads(resp.read().decode() or "null")
             except urllib.error.HTTPError as err:
                 if err.code == 404:
+                    if none_if_404_says is not None and \
+                            none_if_404_says in err.read().decode(errors="replace"):
+                        return None
                     raise MetricsUnavailable("the Flink job or vertex is gone (HTTP 404)",
                                              field="url", value=url) from None
                 last = err
@@ -224,6 +253,14 @@ class FlinkMetricsSource:
                                       str(inp.get("ship_strategy", ""))))
         return JobGraph(self.job_id, job.get("name", self.job_id), job.get("state", ""),
                         tuple(vertices), tuple(edges))
+
+    def checkpoint_state_mb(self) -> float | None:
+        """Full state size of the job's latest completed checkpoint, MB (``checkpoint_state_mb``
+        of ``GET /jobs/<id>/checkpoints``); None when checkpointing is off (Flink answers 404
+        "Checkpointing has not been enabled.") or no checkpoint has completed yet. Read right
+        before a rescale, it is the state that rescale restores (``modeler.restart``)."""
+        payload = self._get(f"/jobs/{self.job_id}/checkpoints", none_if_404_says=CHECKPOINTING_OFF)
+        return None if payload is None else checkpoint_state_mb(payload, self.rest_url)
 
     def _metric_ids(self, vertex: Vertex) -> list[str]:
         ids = self._get(f"/jobs/{self.job_id}/vertices/{vertex.id}/subtasks/0/metrics") or []

@@ -56,6 +56,9 @@ def test_live_cluster_metrics_and_rescale(flink_cluster, live_deadline, tmp_path
     assert isinstance(source, MetricsSource)
     graph = source.graph()
     assert graph.config() == spec.config()
+    # the test job runs without checkpointing: no checkpoint, so no state for a restart to restore
+    # (Flink answers /jobs/<id>/checkpoints with 404 "Checkpointing has not been enabled.")
+    assert source.checkpoint_state_mb() is None
     assert [(e.source, e.target, e.ship_strategy) for e in graph.edges] == [
         ("Source", "Enrich", "REBALANCE"), ("Enrich", "Aggregate", "HASH"),
         ("Aggregate", "Sink", "REBALANCE")]

@@ -186,3 +186,64 @@ def test_rates_mode_reads_the_60s_gauges_only_once_they_cover_one_configuration(
     assert set(agg["instance"]) == {0, 1}
     assert agg[agg["metric"] == "records_in"]["value"].sum() == pytest.approx(300.0 * 60)
     assert set(agg[agg["metric"] == "parallelism"]["value"]) == {2.0}
+
+
+# ------------------------------------------------------- checkpoint sizes (modeler.restart's input)
+
+CHECKPOINTS = {  # the shape of Flink 2.x's GET /jobs/<id>/checkpoints, trimmed
+    "counts": {"restored": 0, "total": 3, "in_progress": 0, "completed": 3, "failed": 0},
+    "latest": {"completed": {"className": "completed", "id": 3, "status": "COMPLETED",
+                             "state_size": 3 * (1 << 30), "checkpointed_size": 40 * (1 << 20)},
+               "savepoint": None, "failed": None, "restored": None},
+    "history": [],
+}
+
+
+def test_checkpoint_state_mb_reads_the_full_state_of_the_latest_completed_checkpoint():
+    from scheduler.flink import checkpoint_state_mb
+
+    assert checkpoint_state_mb(CHECKPOINTS) == 3072.0  # state_size, not the incremental size
+    assert checkpoint_state_mb({"latest": {"completed": None}}) is None
+    for bad in ({}, {"latest": {"completed": {"state_size": -1}}}, {"latest": {"completed": {}}}):
+        with pytest.raises(MetricsUnavailable):
+            checkpoint_state_mb(bad)
+
+
+def test_checkpoint_state_mb_over_http_and_checkpointing_off():
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers = {  # what Flink answers (404 bodies as Flink's RestHandlerException writes them)
+        "/jobs/on/checkpoints": (200, CHECKPOINTS),
+        "/jobs/off/checkpoints": (404, {"errors": ["Checkpointing has not been enabled."]}),
+        "/jobs/gone/checkpoints": (404, {"errors": ["Job gone could not be found."]}),
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            code, body = answers[self.path]
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        cfg = FlinkMetricsConfig(retries=1, timeout_s=5.0)
+        assert FlinkMetricsSource(url, "on", cfg).checkpoint_state_mb() == 3072.0
+        assert FlinkMetricsSource(url, "off", cfg).checkpoint_state_mb() is None
+        with pytest.raises(MetricsUnavailable, match="gone"):
+            FlinkMetricsSource(url, "gone", cfg).checkpoint_state_mb()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
