@@ -112,6 +112,7 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     from experiments.recording import calibrate_store, ingest_and_summarize, load_plan, record, truth_errors
     from experiments.replay import LoopController, PolicyController, preemptive_decider
     from scheduler.deciders import PreemptiveConfig
+    from scheduler.guard import GuardRails
     from scheduler.loop import LoopConfig
     from scheduler.targets import Targets
     from experiments.testbed import load_trace
@@ -171,7 +172,9 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     peak_config = dict(plan(model, float(forecast.max()), plan_cfg).config)
     issue_s = [((r.issue_at - day0).total_seconds(), dict(r.config)) for r in timeline.reconfigurations]
 
-    augury = LoopController(model, LoopConfig(targets=targets), name="augury", decider=preemptive_decider(
+    # the daily budget holds for every change the loop makes (the guard), not only the schedule's
+    loop_cfg = LoopConfig(targets=targets, guard=GuardRails(max_reconfigurations_per_day=cfg.max_reconfigurations_per_day))
+    augury = LoopController(model, loop_cfg, name="augury", decider=preemptive_decider(
         PreemptiveConfig(quantile=cfg.quantile, forecast_step_s=step_s, horizon_s=86400.0 + 6 * 3600.0,
                          lead_time_s=cfg.lead_time_s, stabilization_s=cfg.stabilization_s,
                          max_reconfigurations_per_day=cfg.max_reconfigurations_per_day,

@@ -189,10 +189,11 @@ class PlanConfig:
     def __init__(self, targets: Targets | None = None, align: bool = False, max_evaluations: int = 200_000,
                  max_global_enumeration: int = 50_000, *, utilization_target=_UNSET, latency_slo_ms=_UNSET,
                  latency_stat=_UNSET, headroom=_UNSET) -> None:
-        base = targets if targets is not None else Targets()
         legacy = {k: v for k, v in (("utilization_target", utilization_target), ("latency_slo_ms", latency_slo_ms),
                                     ("latency_stat", latency_stat), ("headroom", headroom)) if v is not _UNSET}
-        object.__setattr__(self, "targets", replace(base, **legacy) if legacy else base)
+        # no targets: built from the keywords, so an SLO alone gets Targets' default ceiling
+        base = targets if targets is not None else Targets(**legacy)
+        object.__setattr__(self, "targets", replace(base, **legacy) if legacy and targets is not None else base)
         object.__setattr__(self, "align", align)
         object.__setattr__(self, "max_evaluations", max_evaluations)
         object.__setattr__(self, "max_global_enumeration", max_global_enumeration)

@@ -21,6 +21,16 @@ from scheduler.errors import SchedulerError
 if TYPE_CHECKING:  # pandas only for the what-if table helper
     import pandas as pd
 
+UTILIZATION_TARGET = 0.7
+"""The utilization target without a latency SLO: the hottest instance at most 70 % busy (the
+Flink autoscaler's default target; leaves room for load noise and a backlog to drain)."""
+SLO_UTILIZATION_CEILING = 0.9
+"""The utilization ceiling with a latency SLO: the SLO decides how hot an operator may run, the
+ceiling only keeps a hottest instance out of saturation's last 10 % (at 0.9 a 11 % load rise
+saturates it; the forecast's upper quantile and ``headroom`` cover the load error, this covers
+the model's error near saturation, where it over-predicts latency: ``docs/RESULTS.md``,
+accuracy at 0.85-0.95 of the max rate)."""
+
 LATENCY_STATS = ("mean", "p95", "p99")
 """The latency statistics a latency SLO can bound (``modeler.queueing.LATENCY_STATS``)."""
 
@@ -33,9 +43,12 @@ def _number(value) -> bool:
 class Targets:
     """The targets a configuration must meet. Validated on construction."""
 
-    utilization_target: float = 0.7
+    utilization_target: float | None = None
     """Highest utilization of the hottest instance, in (0, 1]: what plans size for and what
-    the reactive policy's DS2 sizing aims at."""
+    the reactive policy's DS2 sizing aims at. None (the default) = ``SLO_UTILIZATION_CEILING``
+    (0.9) when a latency SLO is given, ``UTILIZATION_TARGET`` (0.7) when none is: with an SLO
+    the plan is the cheapest configuration whose predicted latency meets it and the utilization
+    is only a safety ceiling; without one, utilization is all there is to size by."""
     latency_slo_ms: float | None = None
     """Bound on the end-to-end ``latency_stat``, ms; None = no latency SLO."""
     latency_stat: str = "p99"
@@ -49,6 +62,9 @@ class Targets:
     left."""
 
     def __post_init__(self) -> None:
+        if self.utilization_target is None:
+            chosen = SLO_UTILIZATION_CEILING if self.latency_slo_ms is not None else UTILIZATION_TARGET
+            object.__setattr__(self, "utilization_target", chosen)
         u = self.utilization_target
         if not _number(u) or not 0 < u <= 1:
             raise SchedulerError("must be a number in (0, 1]", field="utilization_target", value=u)

@@ -138,6 +138,7 @@ _TRACE = (("source", ("testbed",)), ("load", ("trace",)))
 SCHEMA: tuple[Part, ...] = (
     Part("slo", "scheduler.targets.Targets", rename=(("latency_ms", "latency_slo_ms"),),
          keys=("utilization_target", "latency_ms", "latency_stat", "headroom"),
+         defaults=(("utilization_target", "`0.9` with `latency_ms` (a ceiling: the SLO sizes), else `0.7`"),),
          note="one value for every decider (`catch_up_s` is under [intervals])"),
     Part("slo", "scheduler.deciders.ModelDeciderConfig",
          keys=("utilization_band", "scale_down_saving", "catch_up_utilization"),

@@ -13,21 +13,26 @@ def add_target_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-slo-ms", default=None, help="end-to-end latency bound, ms (default: none)")
     parser.add_argument("--latency-stat", default="p99", choices=("mean", "p95", "p99"),
                         help="latency statistic the SLO applies to (default p99)")
-    parser.add_argument("--utilization-target", default="0.7",
-                        help="highest utilization of any instance, in (0, 1] (default 0.7)")
+    parser.add_argument("--utilization-target", default=None,
+                        help="highest utilization of any instance, in (0, 1] (default 0.9 with "
+                             "--latency-slo-ms: a ceiling, the SLO sizes; 0.7 without)")
 
 
 def targets(args: argparse.Namespace) -> tuple[float, float | None, str]:
     from augury.errors import UsageError
 
-    u = parse_positive_float(args.utilization_target, "--utilization-target")
-    if not 0 < u <= 1:
-        raise UsageError("expected a number in (0, 1]", field="--utilization-target", value=args.utilization_target)
     slo = None
     if args.latency_slo_ms is not None:
         slo = parse_positive_float(args.latency_slo_ms, "--latency-slo-ms")
         if slo <= 0:
             raise UsageError("expected a number > 0", field="--latency-slo-ms", value=args.latency_slo_ms)
+    if args.utilization_target is None:  # scheduler.targets' rule: a ceiling of 0.9 under an SLO, else 0.7
+        from scheduler.targets import Targets
+
+        return Targets(latency_slo_ms=slo).utilization_target, slo, args.latency_stat
+    u = parse_positive_float(args.utilization_target, "--utilization-target")
+    if not 0 < u <= 1:
+        raise UsageError("expected a number in (0, 1]", field="--utilization-target", value=args.utilization_target)
     return u, slo, args.latency_stat
 
 

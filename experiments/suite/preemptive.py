@@ -21,6 +21,9 @@ Policies:
   floor, the configuration in force kept when it suffices); the model decider is the floor (the
   configuration applied is the per-operator maximum of the schedule's and the model decider's)
   and the reactive policy decides while the model is on probation.
+  Its targets: the latency SLO, the utilization only a 0.9 ceiling (``scheduler.targets``:
+  the SLO sizes). **augury/u0.7**: the same at the peers' fixed 0.7 target, to show what the
+  SLO-driven sizing is worth.
 * **flink-autoscaler**, **ds2**, **ds2-max** (a labelled variant: DS2 sized from the busiest
   instance), **dhalion**: the baselines (``experiments.baselines``; ``PEERS`` there lists each
   one's differences from the original). **ds2/uniform-keys**: DS2 on the same job with uniform
@@ -36,7 +39,7 @@ input, in trace minutes), instance-hours (trace hours), reconfigurations per day
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -54,7 +57,7 @@ TRACES = {
     "nyc_taxi": ("nab_nyc_taxi.csv", "2014-07-01", "2014-07-22"),
     "amzn_tweets": ("nab_Twitter_volume_AMZN.csv", "2015-03-11", "2015-04-01"),
 }
-POLICIES = ("augury", "flink-autoscaler", "ds2", "ds2-max", "dhalion", "static-peak", "oracle", "ds2/uniform-keys")
+POLICIES = ("augury", "augury/u0.7", "flink-autoscaler", "ds2", "ds2-max", "dhalion", "static-peak", "oracle", "ds2/uniform-keys")
 UNIFORM_KEYS = ("ds2/uniform-keys",)
 """Policies replayed on the same job with uniform keys (no key skew: DS2's assumption holds;
 ``experiments.suite.convergence.unskewed``), same trace and scale."""
@@ -76,6 +79,11 @@ class Params:
     peak_over_capacity: float = 1.6
     latency_slo_ms: float = 50.0
     utilization_target: float = 0.7
+    """The peers' and the oracle's utilization target (the Flink autoscaler's default) and the
+    starting configuration's."""
+    augury_utilization_target: float | None = None
+    """augury's: None = ``scheduler.targets``' rule, a 0.9 ceiling under the latency SLO (the
+    SLO sizes); ``augury/u0.7`` replays augury at the peers' 0.7 to show the ceiling's effect."""
     quantile: float = 0.9
     forecast_step_s: float = 900.0
     """Forecasting grid (the trace is averaged onto it when finer)."""
@@ -134,7 +142,7 @@ def loop_config(params: Params):
     from scheduler.targets import Targets
 
     return LoopConfig(interval_s=params.window_s * params.speedup,
-                      targets=Targets(utilization_target=params.utilization_target,
+                      targets=Targets(utilization_target=params.augury_utilization_target,
                                       latency_slo_ms=params.latency_slo_ms),
                       guard=GuardRails(max_reconfigurations_per_day=params.max_reconfigurations_per_day))
 
@@ -149,7 +157,7 @@ def prepare(trace: str, params: Params, days: float, seed: int, truth, traces_di
                          latency_slo_ms=params.latency_slo_ms)
 
 
-def run_augury(model, truth, prepared, params: Params, store=None, on_step=None):
+def run_augury(model, truth, prepared, params: Params, store=None, on_step=None, name: str = "augury"):
     """augury's row: the product loop with the pre-emptive decider on ``model`` (learned from
     measurements), exactly what ``augury run`` runs for a trace replay
     (``experiments.tracereplay.replay_augury``). Returns ``(ReplayResult, LoopController)``."""
@@ -159,7 +167,7 @@ def run_augury(model, truth, prepared, params: Params, store=None, on_step=None)
     loop = loop_config(params)
     return replay_augury(model, truth, prepared, loop,
                          preemptive_decider(settings(params), prepared.history, prepared.day0, loop.model),
-                         store=store, on_step=on_step)
+                         store=store, on_step=on_step, name=name)
 
 
 def run_trace(trace: str, params: Params, days: float, seed: int, repo, traces_dir, progress,
@@ -195,8 +203,9 @@ def run_trace(trace: str, params: Params, days: float, seed: int, repo, traces_d
     out = []
     for policy in policies:
         progress(f"{trace} {prepared.day0.date()} +{days:g} d: {policy}")
-        if policy == "augury":
-            r, c = run_augury(learned if learned is not None else truth, truth, prepared, params)
+        if policy in ("augury", "augury/u0.7"):
+            p = params if policy == "augury" else replace(params, augury_utilization_target=params.utilization_target)
+            r, c = run_augury(learned if learned is not None else truth, truth, prepared, p, name=policy)
             out.append((trace, r, c))
             continue
         c = controllers[policy]()

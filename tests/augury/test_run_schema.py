@@ -81,7 +81,8 @@ def test_rows_cover_every_key():
         assert (h.section, h.key, "run.py") in keys
     slo = {r.key: r for r in rows if r.section == "slo"}
     assert slo["latency_ms"].unit == "ms" and slo["latency_ms"].type == "float (optional)"
-    assert slo["utilization_target"].default == "`0.7`" and slo["utilization_target"].range == "(0, 1]"
+    assert slo["utilization_target"].default.startswith("`0.9` with `latency_ms`") \
+        and slo["utilization_target"].range == "(0, 1]"
     assert slo["utilization_band"].default == "`[0.3, 0.85]`" and slo["utilization_band"].type == "[float, float]"
 
 

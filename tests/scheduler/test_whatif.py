@@ -349,7 +349,8 @@ def test_cli_json_table_and_plots(capsys, tmp_path, pipeline):
     assert set(data) == JSON_KEYS
     assert (data["rows"], data["configurations"], data["rates"]) == (144, 24, 6)
     assert data["engine"] == "local" and data["out"] == str(out)
-    assert data["targets"] == {"utilization_target": 0.7, "latency_slo_ms": 25.0, "latency_stat": "p99"}
+    # no --utilization-target under an SLO: 0.9 is only a ceiling, the SLO sizes (scheduler.targets)
+    assert data["targets"] == {"utilization_target": 0.9, "latency_slo_ms": 25.0, "latency_stat": "p99"}
     assert len(data["cheapest"]) == 6 and all(set(e) == CHEAPEST_KEYS for e in data["cheapest"])
     assert all(e["feasible"] and e["latency_ms"]["p99"] <= 25 for e in data["cheapest"])
     for path in data["plots"]:
