@@ -43,6 +43,7 @@ import pandas as pd
 
 from modeler.modelfile import JobModel
 from modeler.queueing import predict
+from modeler.restart import restart_time_s
 from scheduler.interfaces import Actuation
 
 
@@ -108,9 +109,12 @@ def drive(truth: JobModel, load, controller: Controller, cfg: ReplayConfig, init
     from experiments.testbed import Testbed, TestbedConfig
     from scheduler.interfaces import MetricsUnavailable
 
+    from modeler.restart import compress_restart
+
     tb_cfg = TestbedConfig(seed=cfg.seed, window_s=cfg.window_s, restart_s=cfg.restart_s / cfg.time_scale,
                            restart_scope="job")
-    bed = Testbed(truth, load, tb_cfg, parallelism=initial, faults=faults)
+    # a stateful job's restart model (base + state / restore rate) runs compressed like the rest
+    bed = Testbed(compress_restart(truth, cfg.time_scale), load, tb_cfg, parallelism=initial, faults=faults)
     controller.start(bed, cfg)
     end = min(getattr(load, "end_s", math.inf), duration_s)
     sources = [op.name for op in truth.sources]
@@ -238,7 +242,9 @@ class ReplayActuator:
         if new == bed.current():
             return Actuation(applied=False, config=new, restart_s=0.0, detail="no change")
         self.wanted = dict(new)
-        return Actuation(applied=True, config=new, restart_s=float(bed.cfg.restart_s), detail=reason)
+        # the restart this change will cost on the testbed (its restart model, state included)
+        restart = restart_time_s(bed.model, bed.current(), new, default_base_s=bed.cfg.restart_s)
+        return Actuation(applied=True, config=new, restart_s=float(restart), detail=reason)
 
     def restart_instance(self, operator, instance, reason=""):
         return self.bed.restart_instance(operator, int(instance), reason)

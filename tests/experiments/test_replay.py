@@ -77,3 +77,26 @@ def test_the_first_window_counts_the_backlog_growth_from_zero():
     assert t["backlog"].iloc[0] > 1000.0
     assert t["arrival_rate"].iloc[0] == pytest.approx(rate, rel=0.05)
     assert t["arrival_rate"].iloc[1:].to_numpy() == pytest.approx(rate, rel=0.05)
+
+
+@pytest.mark.parametrize("time_scale", [1.0, 120.0])
+def test_a_stateful_restart_lasts_the_same_policy_time_whatever_the_compression(time_scale):
+    """The truth's restart model (base + state / restore rate) runs compressed like the rest: a
+    2 GB job at 100 MB/s with a 5 s base restarts in 25 policy seconds, at any compression; the
+    replay actuator reports the same to the loop."""
+    from dataclasses import replace as dc_replace
+
+    from experiments.replay import ReplayActuator
+    from experiments.testbed import Testbed, TestbedConfig
+
+    stateful = dc_replace(CHAIN, operators=tuple(dc_replace(o, state_mb=2000.0) if o.name == "A" else o
+                                                 for o in CHAIN.operators),
+                          restart_base_s=5.0, restore_mb_per_s=100.0)
+    cfg = ReplayConfig(window_s=2.0, time_scale=time_scale, restart_s=30.0, latency_slo_ms=1e6, seed=3)
+    result = drive(stateful, 600.0, _OnceAt(4.0), cfg, CHAIN.config, duration_s=40.0 / time_scale + 8.0)
+    assert result.reconfigurations == 1
+    [change] = [e for e in result.events if e["event"] == "reconfigure"]
+    assert change["detail"]["restart_s"] * time_scale == pytest.approx(25.0)
+    assert change["detail"]["state_mb"] == 2000.0
+    bed = Testbed(stateful, 600.0, TestbedConfig(seed=1, restart_s=30.0), parallelism=CHAIN.config)
+    assert ReplayActuator(bed).apply({**CHAIN.config, "A": 3}).restart_s == pytest.approx(25.0)
