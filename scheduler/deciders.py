@@ -288,6 +288,13 @@ class PreemptiveConfig:
     """Days of rate history the forecaster sees."""
     method: str = "auto"
     """``modeler.forecast.Forecaster`` method."""
+    restart_s: float = 0.0
+    """The engine's restart time per change (s), to price the schedule's scale-downs
+    (``scheduler.schedule`` step 6: a scale-down is planned only when the instance-hours it
+    saves pay for the SLO violation its restarts cost); 0 = no pricing."""
+    violation_s_per_instance_hour: float = 60.0
+    """The exchange rate of that pricing: seconds of SLO violation one instance-hour saved is
+    worth (s per instance-hour)."""
 
 
 def epoch_clock(now_s: float) -> pd.Timestamp:
@@ -425,7 +432,8 @@ class PreemptiveDecider:
         forecast = forecast[forecast.index > now]
         cfg = ScheduleConfig(lead_time_s=p.lead_time_s, stabilization_s=p.stabilization_s,
                              max_reconfigurations_per_day=p.max_reconfigurations_per_day,
-                             plan=PlanConfig(ctx.targets))
+                             plan=PlanConfig(ctx.targets), restart_s=p.restart_s,
+                             violation_s_per_instance_hour=p.violation_s_per_instance_hour)
         key = (id(ctx.model), ctx.targets)
         if key != self._plans_key:
             self._plans, self._plans_key = {}, key

@@ -39,6 +39,15 @@ How the timeline is built (``docs/scheduler.md`` has the same with examples):
    configuration that differs from it is issued now and takes effect ``lead_time_s`` later
    (``current_config`` is in force until then); an equal one is recorded with direction
    ``keep`` and is not a change.
+6. **Priced scale-downs** (``restart_s`` > 0). A change costs SLO violation: the restart plus
+   draining the backlog it built, ``restart_s x mu / (mu - lam)`` seconds (``mu`` the new
+   configuration's max rate, ``lam`` the forecast load when the change runs; nothing when
+   ``restart_s <= backlog_slo_s``; unbounded when ``mu <= lam``), the same charge the replays
+   make (``experiments.replay``). A scale-down is kept only when the instance-hours it saves
+   until the next change, times ``violation_s_per_instance_hour``, exceed what it costs, plus,
+   when the next change goes back to the same configuration, what that change costs. Otherwise
+   the larger configuration stays through the segment (it meets the segment's targets: it was
+   planned for a higher level), which also saves a change of the daily budget.
 """
 
 from __future__ import annotations
@@ -81,9 +90,18 @@ class ScheduleConfig:
     """Levels are rounded *up* to a geometric grid with this relative step (0 = exact)."""
     plan: PlanConfig = field(default_factory=PlanConfig)
     """Targets each configuration must meet (utilization target, latency SLO)."""
+    restart_s: float = 0.0
+    """Engine restart time of a change, seconds, to price scale-downs (step 6); 0 = changes
+    are free and every scale-down the stabilization allows is made."""
+    backlog_slo_s: float = 1.0
+    """A restart no longer than this many seconds costs no SLO violation (seconds)."""
+    violation_s_per_instance_hour: float = 60.0
+    """The exchange rate of step 6: seconds of SLO violation one instance-hour saved is worth
+    (60: a minute of violation for an instance-hour)."""
 
     def check(self) -> None:
-        for name in ("lead_time_s", "stabilization_s", "rate_resolution"):
+        for name in ("lead_time_s", "stabilization_s", "rate_resolution", "restart_s", "backlog_slo_s",
+                     "violation_s_per_instance_hour"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise SchedulerError("must be a finite number >= 0", field=name, value=v)
@@ -357,6 +375,12 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
             cap_of[key] = predict(compiled, c, 1.0).max_rate
         return cap_of[key]
 
+    # 6. Priced scale-downs.
+    priced: list[str] = []
+    if config.restart_s > 0:
+        seg, merged_cfg, priced = _price_scale_downs(compiled, seg, merged_cfg, values, idx, config,
+                                                     capacity, lead_s)
+
     # 5. Timeline with lead times.
     lead = pd.Timedelta(seconds=lead_s)
     recs: list[Reconfiguration] = []
@@ -401,6 +425,7 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
                                     instances=sum(v for k, v in cfg_n.items()
                                                   if not compiled.model.operator(k).is_source),
                                     level=lv, direction=direction, late=late, reason=why))
+    reasons.extend(priced)
     fixed = [now + pd.Timedelta(seconds=float(x)) for x in recent]
     over = max_per_day(fixed + [r.issue_at for r in recs if r.direction != "keep"])
     if over > K:
@@ -418,6 +443,69 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     }, index=idx)
     return Schedule(reconfigurations=tuple(recs), steps=steps, feasible=feasible, reasons=tuple(reasons),
                     now=now, current_config=current_config)
+
+
+def restart_violation_s(restart_s: float, capacity: float, load: float, backlog_slo_s: float = 1.0) -> float:
+    """Seconds of SLO violation a restart of ``restart_s`` costs with the new configuration's max
+    rate ``capacity`` at the input rate ``load`` (tuples/s): none within the backlog SLO, else
+    the restart plus draining its backlog at the spare capacity, ``restart_s x mu / (mu - lam)``
+    (infinite when ``mu <= lam``)."""
+    if restart_s <= backlog_slo_s:
+        return 0.0
+    if capacity <= load:
+        return math.inf
+    return restart_s * capacity / (capacity - load)
+
+
+def _price_scale_downs(compiled: CompiledModel, seg: list, cfgs: list, values: np.ndarray, idx: pd.DatetimeIndex,
+                       config: ScheduleConfig, capacity, lead_s: float) -> tuple[list, list, list[str]]:
+    """Step 6 of the module docstring: drop the scale-downs whose savings do not pay for their
+    restarts. Returns the segments, their configurations and one reason per dropped change."""
+    variable = [n for n in compiled.names if not compiled.model.operator(n).is_source]
+    step_s = float((idx[1] - idx[0]).total_seconds()) if len(idx) > 1 else 0.0
+    lead_steps = int(math.ceil(lead_s / step_s - 1e-9)) if step_s > 0 else 0
+
+    def instances(c: Mapping[str, int]) -> int:
+        return sum(int(c[n]) for n in variable)
+
+    def cost(c: Mapping[str, int], at: int) -> float:
+        return restart_violation_s(config.restart_s, capacity(dict(c)), float(values[min(at, len(values) - 1)]),
+                                   config.backlog_slo_s)
+
+    reasons: list[str] = []
+    changed = True
+    while changed:
+        changed = False
+        for n in range(1, len(seg)):
+            before, here = cfgs[n - 1], cfgs[n]
+            if capacity(here) >= capacity(before):
+                continue
+            s, e, _ = seg[n]
+            hours = (e - s) * step_s / 3600.0
+            saved_s = (instances(before) - instances(here)) * hours * config.violation_s_per_instance_hour
+            paid = cost(here, s)
+            if n + 1 < len(seg) and cfgs[n + 1] == before:  # the way back up disappears too
+                paid += cost(before, max(seg[n + 1][0] - lead_steps, s))
+            if saved_s >= paid:
+                continue
+            reasons.append(f"no scale-down to {instances(here)} instances at {idx[s]}: it saves "
+                           f"{(instances(before) - instances(here)) * hours:.1f} instance-hours, worth "
+                           f"{saved_s:.0f} s of violation at {config.violation_s_per_instance_hour:g} s per "
+                           f"instance-hour, less than its restarts cost ({paid:.0f} s)")
+            cfgs[n] = dict(before)
+            changed = True
+            break
+        if changed:  # neighbours with the same configuration are one segment
+            merged_seg, merged_cfgs = [], []
+            for (s, e, lv), c in zip(seg, cfgs):
+                if merged_cfgs and merged_cfgs[-1] == c:
+                    ps, _, pl = merged_seg[-1]
+                    merged_seg[-1] = (ps, e, max(pl, lv))
+                else:
+                    merged_seg.append((s, e, lv))
+                    merged_cfgs.append(c)
+            seg, cfgs = merged_seg, merged_cfgs
+    return seg, cfgs, reasons
 
 
 def replay(model: JobModel | CompiledModel, sched: Schedule, actual: pd.Series,

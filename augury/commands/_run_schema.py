@@ -354,6 +354,8 @@ RANGES: dict[str, str] = {
     "BlacklistConfig.max_s": "[0, inf)",
     "BlacklistConfig.band_ratio": "(1, inf)",
     # scheduler.deciders.PreemptiveConfig (run.py's _preemptive_spec checks, mirrored)
+    "PreemptiveConfig.restart_s": "[0, inf)",
+    "PreemptiveConfig.violation_s_per_instance_hour": "[0, inf)",
     "PreemptiveConfig.quantile": "(0, 1)",
     "PreemptiveConfig.forecast_step_s": "(0, inf)",
     "PreemptiveConfig.horizon_s": "(0, inf)",

@@ -102,6 +102,9 @@ class Params:
     lead_time_s: float = 600.0
     stabilization_s: float = 3600.0
     max_reconfigurations_per_day: int = 6
+    violation_s_per_instance_hour: float = 60.0
+    """augury prices its planned scale-downs at this exchange rate (``scheduler.schedule`` step
+    6) with the engine's ``restart_s``."""
     oracle_interval_s: float = 4 * 3600.0
     """The oracle decides this often (6 times a day, augury's budget)."""
 
@@ -114,7 +117,8 @@ def settings(params: Params):
         quantile=params.quantile, forecast_step_s=params.forecast_step_s, horizon_s=params.horizon_s,
         lead_time_s=params.lead_time_s, stabilization_s=params.stabilization_s,
         max_reconfigurations_per_day=params.max_reconfigurations_per_day, replan_s=params.replan_s,
-        refit_s=params.refit_s, reactive_trigger=params.reactive_trigger)
+        refit_s=params.refit_s, reactive_trigger=params.reactive_trigger, restart_s=params.restart_s,
+        violation_s_per_instance_hour=params.violation_s_per_instance_hour)
 
 
 def replay_seed(seed: int, trace: str) -> int:

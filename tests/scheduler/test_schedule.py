@@ -182,3 +182,62 @@ def test_invariants_budget_and_capacity(values, budget, reserved, n_recent):
     assert times == sorted(times)
     for r in s.changes()[1:]:
         assert r.effective_at - r.issue_at == pd.Timedelta(seconds=cfg.lead_time_s)
+
+
+# ----------------------------------------------------------------------------- priced scale-downs
+
+
+def test_restart_violation_is_restart_plus_drain():
+    from scheduler.schedule import restart_violation_s
+
+    assert restart_violation_s(30.0, 1000.0, 500.0) == pytest.approx(60.0)  # 30 x 1000 / 500
+    assert restart_violation_s(30.0, 1000.0, 0.0) == pytest.approx(30.0)
+    assert restart_violation_s(0.5, 1000.0, 900.0) == 0.0  # within the 1 s backlog SLO
+    assert restart_violation_s(30.0, 1000.0, 1000.0) == float("inf")
+
+
+def _dip(hours: int) -> pd.Series:
+    """HIGH, a dip to LOW for ``hours`` (30-minute steps), HIGH again."""
+    values = np.full(len(IDX), HIGH)
+    values[10:10 + 2 * hours] = LOW
+    return pd.Series(values, index=IDX)
+
+
+def _directions(s) -> list[str]:
+    return [r.direction for r in s.reconfigurations if r.direction in ("up", "down")]
+
+
+def test_a_short_dip_is_not_worth_two_restarts():
+    base = dict(stabilization_s=0, rate_resolution=0, lookahead_s=0, lead_time_s=600)
+    free = schedule(MODEL, _dip(2), HIGH, ScheduleConfig(**base))
+    assert _directions(free) == ["down", "up"]
+    # 30 s restarts: the dip's saving (a few instances for 2 h) at 1 s per instance-hour is worth
+    # less than the scale-down's and the way back up's restarts: the large configuration stays
+    cheap = schedule(MODEL, _dip(2), HIGH, ScheduleConfig(**base, restart_s=30.0, violation_s_per_instance_hour=1.0))
+    assert _directions(cheap) == []
+    assert any("no scale-down" in r and "less than its restarts cost" in r for r in cheap.reasons)
+    # the same dip priced at 1,000 s per instance-hour is worth both restarts
+    dear = schedule(MODEL, _dip(2), HIGH, ScheduleConfig(**base, restart_s=30.0,
+                                                          violation_s_per_instance_hour=1000.0))
+    assert _directions(dear) == ["down", "up"]
+    # never below demand: the kept configuration covers the dip (it was planned for more)
+    assert not replay(MODEL, cheap, _dip(2)).violation.any()
+
+
+def test_the_price_weighs_the_instance_hours_saved():
+    # a 1-hour dip: the scale-down saves (HIGH plan - LOW plan) instance-hours; it costs its own
+    # restart (the LOW plan's capacity at the LOW load) plus the way back up (HIGH's, issued in
+    # the dip). The scale-down is made exactly when the saving, priced, pays for both.
+    from scheduler.schedule import restart_violation_s
+
+    high, low = plan(MODEL, HIGH), plan(MODEL, LOW)
+    saved_ih = (high.instances - low.instances) * 1.0
+    cost = (restart_violation_s(30.0, predict(MODEL, dict(low.config), 1.0).max_rate, LOW)
+            + restart_violation_s(30.0, predict(MODEL, dict(high.config), 1.0).max_rate, LOW))
+    breakeven = cost / saved_ih
+    base = dict(stabilization_s=0, rate_resolution=0, lookahead_s=0, lead_time_s=600, restart_s=30.0)
+    below = schedule(MODEL, _dip(1), HIGH, ScheduleConfig(**base, violation_s_per_instance_hour=0.95 * breakeven))
+    above = schedule(MODEL, _dip(1), HIGH, ScheduleConfig(**base, violation_s_per_instance_hour=1.05 * breakeven))
+    assert _directions(below) == [] and _directions(above) == ["down", "up"]
+    # the default (60 s per instance-hour) is well above this break-even: the dip is taken
+    assert breakeven < 60.0 and _directions(schedule(MODEL, _dip(1), HIGH, ScheduleConfig(**base))) == ["down", "up"]
