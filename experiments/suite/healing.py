@@ -179,8 +179,8 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     from modeler.modelfile import load_model
 
     ctx.progress("augury learns its model: warm-up on the testbed -> ingest -> Spark -> calibrate")
-    learned = learn_model(load_model(str(ctx.repo / params.model_file)), Path(ctx.workdir) / "learn",
-                          seed=ctx.seed)[0]
+    learned, calibration = learn_model(load_model(str(ctx.repo / params.model_file)), Path(ctx.workdir) / "learn",
+                                       seed=ctx.seed)
     for k, (f, p) in enumerate(cases):
         ctx.progress(f"[{k + 1}/{len(cases)}] {f}: {p}")
         rows.append(run_case(f, p, params, duration, ctx.seed * 100 + k, ctx.repo, learned))
@@ -192,6 +192,8 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
             if row[col] == row[col]:
                 metrics[f"{key}.{col}"] = float(row[col])
         metrics[f"{key}.recovered"] = float(row["recovered"])
+    # the calibrated parameters next to the truth (relative errors), as every experiment logs them
+    metrics.update({f"calibration.{k}": float(v) for k, v in calibration.items()})
     fmt = lambda v: "never" if v != v else f"{v:.0f} s"  # noqa: E731
     lines = [f"WordCount at {params.load_factor} x its default max rate on the cheapest configuration; fault at "
              f"{params.fault_at_s:g} s, run {duration:g} s (real time), seeds {ctx.seed * 100}..{ctx.seed * 100 + 3}."]
@@ -200,6 +202,10 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                      f"{fmt(row['diagnose_s'])} ({row['diagnosis'] or 'none'}), SLO "
                      + ("never violated" if not row["slo_violated_after_fault"] else
                         f"met again after {fmt(row['recover_s'])}") + f"; actions: {row['actions'] or 'none'}.")
+    errors = [abs(v) for k, v in calibration.items() if k != "calibration_trust"]
+    lines.append("- augury's model was learned from a warm-up recording (ingest -> Spark -> calibrate), not given: "
+                 f"calibration trust {calibration['calibration_trust']:.2f}; largest relative error against the truth "
+                 f"{max(errors, default=0.0):.1%}.")
     return ExperimentResult(params={**params.__dict__, "duration_s": duration, "faults": ",".join(FAULTS),
                                     "policies": ",".join(POLICIES)},
                             metrics=metrics, tables={"runs": table}, summary="\n".join(lines))
