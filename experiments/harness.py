@@ -6,6 +6,7 @@ An experiment is a module ``experiments/suite/<name>.py`` (``-`` in the name bec
     DESCRIPTION = "one line"             # shown by ``augury experiment list`` and in RESULTS.md
     def run(ctx: ExperimentContext) -> ExperimentResult
     HEADLINE = ("metric", ...)           # optional: metrics quoted first in RESULTS.md / README
+    INPUTS = ("seeds", "models")         # optional: what the command line may hand it (below)
 
 ``run`` is deterministic for a given ``ctx.seed`` and ``ctx.quick``; it writes any files it
 needs under ``ctx.workdir`` and returns its parameters, headline metrics, result tables
@@ -15,6 +16,16 @@ mlflow experiment ``augury-<name>`` (tags ``augury.experiment``, ``augury.quick`
 ``tables/<key>.csv``, every figure under ``figures/``, the summary as ``summary.md`` and ``result.json`` (params, metrics,
 table and figure names). ``experiments/results.py`` regenerates ``docs/RESULTS.md`` from those
 runs; nothing in it is typed by hand.
+
+**Inputs from the command line** (``augury experiment run NAME [--seed N ...] [--model FILE ...]
+[--trace FILE ...] [--out DIR]``): an experiment lists in ``INPUTS`` what it takes besides one
+seed: ``"seeds"`` (several ``--seed``: ``ctx.seeds``), ``"models"`` (user model files:
+``ctx.models``), ``"traces"`` (user trace files: ``ctx.traces``). Handing an experiment an input
+it does not take is a ``UsageError`` naming the flag (``check_inputs``; exit 2 on the command
+line), raised before anything runs. ``ctx.seed`` is always the first seed. With ``out`` (``--out
+DIR``) the run's files stay in DIR, and every result table is also written there as
+``DIR/<key>.csv`` (``runs.csv``, ``summary.csv``, ...) with ``summary.md`` and ``result.json``
+beside them, so the headline can be recomputed from the raw rows without mlflow.
 """
 
 from __future__ import annotations
@@ -61,6 +72,13 @@ class ExperimentContext:
     """Spark master URL for experiments that ingest through the pipeline."""
     progress: Callable[[str], None] = lambda message: None
     """Where progress lines go (stderr on the command line)."""
+    seeds: tuple[int, ...] = ()
+    """Every seed given (``--seed`` repeated), ``seed`` first; empty = only ``seed``, the
+    experiment's default set (only experiments with ``"seeds"`` in ``INPUTS`` get more than one)."""
+    models: tuple[Path, ...] = ()
+    """User model files (``--model``; only experiments with ``"models"`` in ``INPUTS``)."""
+    traces: tuple[Path, ...] = ()
+    """User trace files (``--trace``; only experiments with ``"traces"`` in ``INPUTS``)."""
 
     @property
     def traces_dir(self) -> Path:
@@ -136,6 +154,31 @@ def load_experiment(name: str, package: str | None = None):
     return importlib.import_module(modules[name])
 
 
+INPUT_FLAGS = {"seeds": "--seed", "models": "--model", "traces": "--trace"}
+"""Each input an experiment may take (``INPUTS``) and the command-line flag that gives it."""
+
+
+def inputs(module) -> tuple[str, ...]:
+    """What the experiment takes besides one seed (module attribute ``INPUTS``)."""
+    return tuple(getattr(module, "INPUTS", ()))
+
+
+def check_inputs(module, seeds: tuple[int, ...] = (), models: tuple = (), traces: tuple = ()) -> None:
+    """``UsageError`` naming the flag when the experiment does not take what it is given."""
+    takes = inputs(module)
+    given = {"seeds": len(seeds) > 1, "models": bool(models), "traces": bool(traces)}
+    for key, present in given.items():
+        if present and key not in takes:
+            what = "more than one --seed" if key == "seeds" else INPUT_FLAGS[key]
+            accepted = ", ".join(INPUT_FLAGS[k] + (" (repeated)" if k == "seeds" else "") for k in takes) or "none"
+            raise UsageError(f"experiment {module.NAME} takes no {what} (it takes: {accepted})",
+                             field=INPUT_FLAGS[key], value=module.NAME)
+    for key, paths in (("models", models), ("traces", traces)):
+        for path in paths:
+            if not Path(path).is_file():
+                raise UsageError("no such file", field=INPUT_FLAGS[key], value=str(path))
+
+
 def headline(module) -> tuple[str, ...] | None:
     """The metric names an experiment quotes first (optional module attribute ``HEADLINE``)."""
     value = getattr(module, "HEADLINE", None)
@@ -160,19 +203,33 @@ def mlflow_experiment_name(name: str) -> str:
 def run_experiment(name: str, quick: bool = False, seed: int = 0, workdir: Path | None = None,
                    spark_master: str = "local[2]",
                    progress: Callable[[str], None] = lambda message: None,
-                   package: str | None = None) -> ExperimentRun:
+                   package: str | None = None, seeds: tuple[int, ...] | None = None,
+                   models: tuple = (), traces: tuple = (), out: Path | None = None) -> ExperimentRun:
     """Run experiment ``name`` (from ``package``, the suite by default) and log it to mlflow
-    (``experiments.tracking.tracking_uri()``)."""
+    (``experiments.tracking.tracking_uri()``). ``seeds`` (several seeds; ``seed`` is then its
+    first), ``models`` and ``traces`` (user files) go to experiments that take them (``INPUTS``,
+    else ``UsageError``); ``out``: a directory that keeps the run's files and gets every table as
+    ``<key>.csv`` (it is the working directory unless ``workdir`` says otherwise)."""
     from experiments import tracking
 
     module = load_experiment(name, package)
+    seeds = tuple(int(s) for s in seeds) if seeds else ()
+    if seeds:
+        seed = seeds[0]
+    models = tuple(Path(m) for m in models)
+    traces = tuple(Path(t) for t in traces)
+    check_inputs(module, seeds, models, traces)
+    if workdir is None and out is not None:
+        workdir = out
     own_dir = workdir is None
     work = Path(tempfile.mkdtemp(prefix=f"augury-{name}-")) if own_dir else Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     ctx = ExperimentContext(quick=quick, seed=seed, workdir=work, spark_master=spark_master,
-                            progress=progress)
+                            progress=progress, seeds=seeds, models=models, traces=traces)
     tags = {"augury.experiment": name, "augury.quick": str(bool(quick)).lower(),
             "augury.seed": str(seed), "augury.git_commit": git_commit(ctx.repo)}
+    if len(seeds) > 1:
+        tags["augury.seeds"] = ",".join(str(s) for s in seeds)
     started = time.perf_counter()
     try:
         with tracking.start_run(mlflow_experiment_name(name), run_name=f"{name}{'-quick' if quick else ''}",
@@ -184,6 +241,8 @@ def run_experiment(name: str, quick: bool = False, seed: int = 0, workdir: Path 
             tracking.log_params({"quick": quick, "seed": seed, **dict(result.params)})
             tracking.log_metrics({**dict(result.metrics), "wall_seconds": seconds})
             _log_outputs(result, work)
+            if out is not None:
+                write_tables(result, Path(out))
     finally:
         if own_dir:
             shutil.rmtree(work, ignore_errors=True)
@@ -210,6 +269,26 @@ def _log_outputs(result: ExperimentResult, work: Path) -> None:
                 "tables": list(result.tables), "figures": {k: Path(p).name for k, p in result.figures.items()}}
     (out / "result.json").write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
     mlflow.log_artifact(str(out / "result.json"))
+
+
+def write_tables(result: ExperimentResult, out: Path) -> list[Path]:
+    """Every table of ``result`` as ``out/<key>.csv``, its summary as ``out/summary.md`` and the
+    manifest as ``out/result.json`` (the files ``--out DIR`` promises); the paths written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key, table in result.tables.items():
+        if not key or "/" in key or "\\" in key or key.startswith("."):
+            raise ExperimentError("a table key must be a plain file name", field="tables", value=key)
+        path = out / f"{key}.csv"
+        table.to_csv(path, index=False)
+        written.append(path)
+    (out / "summary.md").write_text(result.summary or "", encoding="utf-8")
+    manifest = {"params": {k: _plain(v) for k, v in result.params.items()},
+                "metrics": {k: _plain(v) for k, v in result.metrics.items()},
+                "tables": list(result.tables), "figures": {k: Path(p).name for k, p in result.figures.items()}}
+    (out / "result.json").write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+    return written + [out / "summary.md", out / "result.json"]
 
 
 def _plain(value: Any) -> Any:

@@ -58,6 +58,24 @@ import a_module_that_does_not_exist  # noqa: F401
 NAME = "broken"
 '''
 
+MULTI = '''
+"""A test-only experiment that takes several seeds and model files."""
+import pandas as pd
+
+from experiments.harness import ExperimentResult
+
+NAME = "multi"
+DESCRIPTION = "takes seeds and models"
+INPUTS = ("seeds", "models")
+
+
+def run(ctx):
+    rows = pd.DataFrame({"seed": list(ctx.seeds or (ctx.seed,))})
+    models = pd.DataFrame({"model": [p.name for p in ctx.models]})
+    return ExperimentResult(params={"seeds": len(rows)}, metrics={"seeds": float(len(rows))},
+                            tables={"runs": rows, "models": models}, summary="multi")
+'''
+
 _counter = itertools.count()
 
 
@@ -71,6 +89,7 @@ def make_suite(root: Path, rows: int = 3) -> str:
     (pkg / "norun.py").write_text(NORUN)
     (pkg / "badresult.py").write_text(BAD_RESULT)
     (pkg / "broken.py").write_text(BROKEN)
+    (pkg / "multi.py").write_text(MULTI)
     (pkg / "helpers.py").write_text("X = 1\n")  # no NAME: not an experiment
     (pkg / "_private.py").write_text("NAME = 'private'\ndef run(ctx):\n    pass\n")
     return name

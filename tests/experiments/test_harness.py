@@ -50,7 +50,8 @@ def test_the_real_suite_is_discovered():
 def test_discovery_skips_private_helper_and_broken_modules(suite):
     with pytest.warns(UserWarning, match="broken"):
         names = experiment_names(suite)
-    assert names == {"badresult": f"{suite}.badresult", "norun": f"{suite}.norun", "tiny": f"{suite}.tiny"}
+    assert names == {"badresult": f"{suite}.badresult", "norun": f"{suite}.norun", "tiny": f"{suite}.tiny",
+                     "multi": f"{suite}.multi"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert list(broken_modules(suite)) == [f"{suite}.broken"]
@@ -117,7 +118,7 @@ def test_cli_runs_lists_and_rejects_unknown_names(suite, store, monkeypatch, cap
     assert cli(["experiment", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)["experiments"]
     assert listed == {"badresult": "returns the wrong type", "norun": "never run in the tests",
-                      "tiny": "test-only experiment"}
+                      "tiny": "test-only experiment", "multi": "takes seeds and models"}
 
     assert cli(["experiment", "run", "nosuch"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -128,3 +129,42 @@ def test_cli_runs_lists_and_rejects_unknown_names(suite, store, monkeypatch, cap
 def test_cli_unknown_experiment_on_the_real_suite(capsys):
     assert cli(["experiment", "run", "no-such-experiment", "--quick"]) == 2
     assert "unknown experiment" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_cli_several_seeds_models_and_out_csv(suite, store, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(harness, "SUITE_PACKAGE", suite)
+    model = tmp_path / "job.yaml"
+    model.write_text("augury: 1\n")  # the harness hands the path on; the experiment reads it
+    out = tmp_path / "out"
+    assert cli(["experiment", "run", "multi", "--seed", "4", "--seed", "5", "--model", str(model),
+                "--out", str(out), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["seed"] == 4 and got["seeds"] == [4, 5] and got["models"] == [str(model)]
+    assert sorted(Path(p).name for p in got["csv"]) == ["models.csv", "runs.csv"]
+    assert pd.read_csv(out / "runs.csv")["seed"].tolist() == [4, 5]  # one file per table, named after it
+    assert pd.read_csv(out / "models.csv")["model"].tolist() == ["job.yaml"]
+    assert (out / "summary.md").read_text() == "multi" and json.loads((out / "result.json").read_text())["tables"]
+    run = _client(store).get_run(got["mlflow_run_id"])
+    assert run.data.tags["augury.seed"] == "4" and run.data.tags["augury.seeds"] == "4,5"
+
+    # without --out nothing is written besides mlflow; one --seed stays the old behaviour
+    assert cli(["experiment", "run", "tiny", "--seed", "1", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["seed"] == 1 and got["seeds"] == [1] and got["csv"] == []
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("flags, named", [(["--model", "MODEL"], "--model"), (["--trace", "MODEL"], "--trace"),
+                                          (["--seed", "1", "--seed", "2"], "--seed")])
+def test_cli_rejects_inputs_an_experiment_does_not_take(suite, store, monkeypatch, capsys, tmp_path, flags, named):
+    monkeypatch.setattr(harness, "SUITE_PACKAGE", suite)
+    model = tmp_path / "job.yaml"
+    model.write_text("augury: 1\n")
+    argv = ["experiment", "run", "tiny", *[str(model) if f == "MODEL" else f for f in flags]]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0] and "tiny" in err[0]
+    with pytest.raises(UsageError):  # the library says the same before running anything
+        run_experiment("tiny", package=suite, seeds=(1, 2))
+
