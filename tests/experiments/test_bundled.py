@@ -36,6 +36,10 @@ def test_traces_are_the_published_files_with_their_notices():
     assert "MIT" in readme and "numenta/NAB" in readme and "worldcup98-dataset" in readme
     assert "Copyright and Disclaimer" in readme
     assert "distributed unmodified" in (bundled.traces_dir() / "NOTICE-WC98.txt").read_text()
+    # the MIT licences require their notice to travel with every copy
+    for name, holder in (("LICENSE-NAB.txt", "Numenta"), ("LICENSE-worldcup98-dataset.txt", "Nima Mahmoudi")):
+        text = (bundled.traces_dir() / name).read_text()
+        assert "Copyright" in text and holder in text and "Permission is hereby granted" in text, name
 
 
 def test_every_file_in_examples_is_bundled():
