@@ -135,7 +135,8 @@ def random_model_dict(seed: int, spec: RandomDagSpec = RandomDagSpec(), job: str
     for i, s in enumerate(sources):
         raw: dict[str, Any] = {"name": s, "role": "source", "parallelism": 1}
         if n_src > 1:
-            raw["rate_share"] = round(1.0 / n_src, 6) if i < n_src - 1 else round(1.0 - (n_src - 1) * round(1.0 / n_src, 6), 6)
+            each = round(1.0 / n_src, 6)
+            raw["rate_share"] = each if i < n_src - 1 else round(1.0 - (n_src - 1) * each, 6)
         operators.append(raw)
     contended = set()
     if spec.contention:

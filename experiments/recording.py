@@ -141,18 +141,21 @@ class LearnConfig:
 
 
 def learn_model(truth: JobModel, workdir: str | Path, *, seed: int = 1, seconds: float = 30.0,
-                spark=None) -> tuple[JobModel, dict[str, float]]:
+                spark=None, configs: Sequence[Mapping[str, int]] | None = None) -> tuple[JobModel, dict[str, float]]:
     """augury's model of ``truth``'s job, learned from measurements only, as a user's would be.
 
     The job runs on the testbed (the ground truth) at its deployed configuration and at twice it
     (capped by the bounds), three loads each (``load_plan``: 0.3, 0.55, 0.8 of each one's
     capacity), ``seconds`` each; the metrics go through ``augury ingest`` -> the Spark pipeline ->
-    ``modeler.calibrate`` (topology from the metrics). Returns the model and what to log next to
+    ``modeler.calibrate`` (topology from the metrics). ``configs`` replaces the two recorded
+    configurations (overrides of the deployed one; e.g. a third one that loads an operator the
+    default recording leaves too idle to measure). Returns the model and what to log next to
     the truth: ``calibration_trust`` and the relative error of every fitted service time and
     selectivity (``truth_errors``). The truth is used only to run the testbed."""
     workdir = Path(workdir)
     bigger = {op.name: min(op.max_parallelism, op.parallelism * 2) for op in truth.operators if not op.is_source}
-    raw = record(truth, load_plan(truth, [{}, bigger], seconds=seconds), seed=seed)
+    plan = [dict(c) for c in configs] if configs is not None else [{}, bigger]
+    raw = record(truth, load_plan(truth, plan, seconds=seconds), seed=seed)
     ingest_and_summarize(raw, workdir / "store", spark=spark)
     calibrator = calibrate_store(workdir / "store", truth.job)
     model = calibrator.model_

@@ -168,3 +168,16 @@ def test_cli_rejects_inputs_an_experiment_does_not_take(suite, store, monkeypatc
     with pytest.raises(UsageError):  # the library says the same before running anything
         run_experiment("tiny", package=suite, seeds=(1, 2))
 
+
+def test_cli_model_flag_on_the_real_suite(capsys, tmp_path):
+    """forecast takes no model files: exit 2 naming the flag, before anything runs; convergence
+    takes them (a missing file is named)."""
+    model = tmp_path / "m.yaml"
+    model.write_text("augury: 1\n")
+    assert cli(["experiment", "run", "forecast", "--quick", "--model", str(model)]) == 2
+    assert "--model" in capsys.readouterr().err
+    assert cli(["experiment", "run", "convergence", "--quick", "--model", str(tmp_path / "missing.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "--model" in err and "missing.yaml" in err
+    assert cli(["experiment", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["inputs"]["convergence"] == ["--seed", "--model"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.randomdag import SKEWS, RandomDagSpec, check_shape, random_model, random_model_dict, to_yaml, write_model
+from experiments.randomdag import (SKEWS, RandomDagSpec, check_shape, random_model, random_model_dict, to_yaml,
+                                   write_model)
 from modeler.errors import UsageError
 from modeler.modelfile import load_model, parse_model
 from modeler.queueing import predict
