@@ -26,6 +26,8 @@ MAX_MODEL_NUMBER = 1e12
 """Any other number in a model file (times in ms, selectivities, scvs, rate shares, exponents)."""
 MAX_RATES = 1_000_000
 """Rates in a what-if grid (``--rates A:B:N``)."""
+MAX_WHATIF_ROWS = 1_000_000_000
+"""Rows of one what-if table (configurations x rates): a billion rows is tens of GB of Parquet."""
 MAX_SWEEP_VALUES = 100_000
 """Values of one ``--sweep op=...`` flag (before the configurations' own cap)."""
 MAX_FOLDS = 10_000

@@ -108,6 +108,12 @@ def run(args: argparse.Namespace) -> int:
     compiled = compile_model(model)
     space = W.read_configs(args.configs, compiled) if args.configs else W.sweep_space(compiled, sweeps)
     total = W.sweep_rows(space, rates)
+    from modeler.limits import MAX_WHATIF_ROWS
+
+    if total > MAX_WHATIF_ROWS:  # checked before any row is computed or any file is created
+        raise UsageError(f"the table would have {total:,} rows ({space.size:,} configurations x {len(rates):,} "
+                         f"rates; the documented limit is {MAX_WHATIF_ROWS:,}): sweep fewer configurations or rates",
+                         field="--rates", value=args.rates)
     out.parent.mkdir(parents=True, exist_ok=True)
 
     spark, stop_spark = None, False

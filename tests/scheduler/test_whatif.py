@@ -482,3 +482,19 @@ def test_one_schema_for_table_writer_and_spark():
                                                                 "rate"]
     assert list(config_schema(names)) == ["config_id", "p_source", "p_parse", "instances", "max_rate",
                                           "bottleneck"]
+
+
+def test_cli_refuses_a_table_beyond_the_row_limit(capsys, tmp_path):
+    # 16 configurations x 1,000 rates = 16,000 rows; the limit is lowered to 10,000 to show the check
+    import modeler.limits as limits
+
+    out = tmp_path / "t" / "big.parquet"
+    old = limits.MAX_WHATIF_ROWS
+    limits.MAX_WHATIF_ROWS = 10_000
+    try:
+        code, _, err = _run(capsys, ["whatif", PIPELINE, "--rates", "100:5000:1000", "--sweep", "sessionize=1..4",
+                                     "--sweep", "score=1..4", "--out", str(out)])
+    finally:
+        limits.MAX_WHATIF_ROWS = old
+    assert code == 2 and "--rates" in err and "16,000 rows" in err
+    assert not out.parent.exists()  # nothing created
