@@ -47,7 +47,8 @@ numbers per DAG, case and seed) and pay the same restart.
 
 **Measures** (post-step windows only): ``steps`` = reconfigurations until the policy enters the
 configurations it then keeps, if they are within ``tolerance`` of the reference's instances and
-the SLO is met at the end; ``reached``; ``over_provisioning`` = final / reference instances - 1
+the SLO is met at the end (changes it makes later, within the tolerance, are
+``reconfigurations_after_reaching``; ``one_step_only_share`` counts runs with none); ``reached``; ``over_provisioning`` = final / reference instances - 1
 (signed); ``slo_met`` = the median p99 of the last ``tail_windows`` windows within the SLO and
 the sources' backlog within 1 s of input at the end. Medians with percentile-bootstrap 95 %
 intervals (``experiments.bootstrap``), per policy and per DAG.
@@ -505,6 +506,7 @@ def run_one(dag: Dag, case: Case, policy: str, params: Params, slo: float, seed:
     return {"dag": dag.name, "dag_kind": dag.kind, "skewed": dag.skewed, "seed": seed,
             "policy": policy, "start": case.start, "step": case.step,
             "steps": a["steps"], "reached": a["reached"], "final_instances": a["final_instances"],
+            "reconfigurations_after_reaching": a["reconfigurations"] - a["steps"] if a["reached"] else math.nan,
             "reference_instances": ref.instances, "over_provisioning": a["over_provisioning"],
             "slo_met": a["slo_met"],
             "reconfigurations": a["reconfigurations"], "stable_at_end": a["stable_at_end"],
@@ -527,12 +529,14 @@ def _stats_row(t: pd.DataFrame, seed: int) -> dict:
     over = describe(t["over_provisioning"], seed=seed)
     reached = share(t["reached"], seed=seed)
     one = share(t["reached"] & (t["steps"] == 1), seed=seed)
+    only = share(t["reached"] & (t["steps"] == 1) & (t["reconfigurations"] == 1), seed=seed)
     slo = share(t["slo_met"], seed=seed)
     steps = describe(t.loc[t["reached"], "steps"], seed=seed)
     conv = share(t["converged_within"], seed=seed)
     return {"runs": len(t),
             "reached_share": reached["share"], "reached_lo": reached["share_lo"], "reached_hi": reached["share_hi"],
             "one_step_share": one["share"], "one_step_lo": one["share_lo"], "one_step_hi": one["share_hi"],
+            "one_step_only_share": only["share"],
             "median_steps_when_reached": steps["median"], "steps_lo": steps["median_lo"],
             "steps_hi": steps["median_hi"], "max_steps_when_reached": steps["max"],
             "median_over_provisioning": over["median"], "over_lo": over["median_lo"], "over_hi": over["median_hi"],
@@ -570,7 +574,8 @@ def _metrics(summary: pd.DataFrame, table: pd.DataFrame, seed: int) -> dict[str,
     metrics: dict[str, float] = {"runs": float(len(table))}
     for _, r in summary.iterrows():
         key = r["policy"].replace("-", "_")
-        for col in ("reached_share", "one_step_share", "median_steps_when_reached", "max_steps_when_reached",
+        for col in ("reached_share", "one_step_share", "one_step_only_share", "median_steps_when_reached",
+                    "max_steps_when_reached",
                     "median_over_provisioning", "over_lo", "over_hi", "p10_over_provisioning",
                     "p90_over_provisioning", "min_over_provisioning", "max_over_provisioning", "slo_met_share",
                     "mean_reconfigurations", "median_time_to_reach_s", "median_violation_minutes",
@@ -639,7 +644,8 @@ def _summary_text(table: pd.DataFrame, summary: pd.DataFrame, dag_list: list[Dag
         lines.append(
             f"- **augury**: reached the reference (within {params.tolerance:.0%}) in one step in "
             f"{a.one_step_share:.0%} [{a.one_step_lo:.0%}, {a.one_step_hi:.0%}] of runs (goal >= 95 %: "
-            f"{'met' if a.one_step_share >= 0.95 else 'missed'}), at all in {a.reached_share:.0%}; "
+            f"{'met' if a.one_step_share >= 0.95 else 'missed'}; with no reconfiguration after it "
+            f"{a.one_step_only_share:.0%}), at all in {a.reached_share:.0%}; "
             f"over-provisioning median {_pct(a.median_over_provisioning)} [{_pct(a.over_lo)}, {_pct(a.over_hi)}] "
             f"(goal <= +10 %: {'met' if a.median_over_provisioning <= 0.10 + 1e-9 else 'missed'}), p10 "
             f"{_pct(a.p10_over_provisioning)}, p90 {_pct(a.p90_over_provisioning)}, min "

@@ -209,6 +209,7 @@ def test_quick_convergence_through_the_harness(tmp_path, monkeypatch, spark):
     reached = runs[runs["reached"]]
     assert reached["slo_met"].all() and (reached["steps"] >= 1).all()
     assert (reached["steps"] <= reached["reconfigurations"]).all()
+    assert (reached["reconfigurations"] - reached["steps"] == reached["reconfigurations_after_reaching"]).all()
     assert ((reached["final_instances"] / reached["reference_instances"] - 1).abs() <= 0.1 + 1e-9).all()
     under = runs[runs["start"] == "under"]
     assert (under["start_instances"] < under["reference_instances"]).all()
