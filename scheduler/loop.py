@@ -192,7 +192,8 @@ class ControlLoop:
     ``decider``: the primary decider used while the model is trusted (default: ``ModelDecider``
     with ``planner`` and ``load_forecast``); the reactive decider covers the rest. Read-only
     views for callers: ``model``, ``trust``, ``store``, ``config_in_force``, ``guard_state``,
-    ``measured_restart_s``; ``last_action_s`` may be set (an action made outside the loop).
+    ``measured_restart_s``; ``last_action_s`` may be set; ``external_change(at_s)`` reports a
+    rescale made outside the loop.
     """
 
     def __init__(self, model: JobModel, source: MetricsSource, actuator: Actuator,
@@ -230,6 +231,14 @@ class ControlLoop:
     @last_action_s.setter
     def last_action_s(self, at_s: float) -> None:
         self.guard_state = replace(self.guard_state, last_action_s=float(at_s))
+
+    def external_change(self, at_s: float) -> None:
+        """The job was rescaled outside the loop at ``at_s`` (source seconds): the configuration
+        in force is re-read from the actuator at the next collect, the change counts as the last
+        action (stabilization), and windows from before it are not judged against the new one."""
+        self._in_force = None
+        self.last_action_s = at_s
+        self._settled_after_s = max(self._settled_after_s, float(at_s))
 
     # -- persistence of the loop's own memory (scheduler.loopstate)
     def _restore(self) -> None:

@@ -380,8 +380,7 @@ class HistoryController:
         under another configuration than the one it knows)."""
         loop = getattr(self.inner, "loop", None)
         if loop is not None and not self.in_history:
-            loop.last_action_s = bed.epoch0_s + bed.now_s
-            loop._in_force = None  # re-read from the actuator at the next collect
+            loop.external_change(bed.epoch0_s + bed.now_s)  # in force: re-read at the next collect
         hook = getattr(self.inner, "applied", None)
         if hook is not None:
             hook(bed, view, config, restart_s)

@@ -211,3 +211,24 @@ def test_windows_dropped_after_an_action_still_measure_the_backlog_before_the_ne
     before, after = [w for w in kept if w.end_s <= acted_s], [w for w in kept if w.start_s > acted_s]
     assert before[-1].backlog > 10_000.0 and after[0].backlog < before[-1].backlog  # drained meanwhile
     assert all(w.offered_rate == pytest.approx(3000.0) for w in kept)
+
+
+def test_a_rescale_made_outside_the_loop_is_adopted_through_external_change():
+    """Someone else rescales the job: without being told, the loop keeps the old configuration as
+    in force and drops every later window as measured under another one; ``external_change``
+    re-reads it from the actuator and counts it as the last action."""
+    service, config = {"a": 1.0, "b": 0.5}, {"a": 2, "b": 1}
+    model = parse_model_text(model_text(service, config))
+    job = FluidJob(service_ms=service, config=dict(config), rate=500.0)
+    loop = ControlLoop(model, job, job, LoopConfig(interval_s=10.0))
+    job.advance(20.0)
+    assert loop.step().observation.windows
+    job.config = {"a": 3, "b": 1}  # rescaled by someone else
+    job.advance(20.0)
+    assert not loop.step().observation.windows  # measured under a configuration it does not know
+    at = T0.timestamp() + job.t_s
+    loop.external_change(at)
+    job.advance(20.0)
+    s = loop.step()
+    assert s.observation.windows and loop.config_in_force["a"] == 3
+    assert loop.last_action_s == at
