@@ -57,6 +57,10 @@ TRACES = {
     "nyc_taxi": ("nab_nyc_taxi.csv", "2014-07-01", "2014-07-22"),
     "amzn_tweets": ("nab_Twitter_volume_AMZN.csv", "2015-03-11", "2015-04-01"),
 }
+INPUTS = ("seeds", "traces")
+"""``--seed`` (repeatable: every trace replayed with each seed, augury learning its model anew)
+and ``--trace FILE`` (a user trace, timestamp,count CSV: its last ``days`` replayed after the
+history before them)."""
 POLICIES = ("augury", "augury/u0.7", "flink-autoscaler", "ds2", "ds2-max", "dhalion", "static-peak", "oracle", "ds2/uniform-keys")
 UNIFORM_KEYS = ("ds2/uniform-keys",)
 """Policies replayed on the same job with uniform keys (no key skew: DS2's assumption holds;
@@ -123,16 +127,34 @@ def settings(params: Params):
 
 def replay_seed(seed: int, trace: str) -> int:
     """The testbed seed of ``trace``'s replay in a run with ``seed`` (by the trace's place in
-    ``TRACES``, so ``--quick`` and the full run replay a trace alike)."""
-    return seed * 100 + list(TRACES).index(trace)
+    ``TRACES``, so ``--quick`` and the full run replay a trace alike; user traces after them)."""
+    names = list(TRACES)
+    return seed * 100 + (names.index(trace) if trace in names else len(names) + sum(map(ord, trace)) % 50)
 
 
-def trace_config(trace: str, params: Params, days: float, seed: int):
+def user_trace(path, days: float) -> tuple[str, str, str]:
+    """A user trace file as a ``TRACES`` entry: (file, history start, replay start), replaying
+    its last whole ``days`` days after whatever history precedes them."""
+    from history.series import load_series
+
+    series = load_series(path)
+    step = series.index.to_series().diff().median() if len(series) > 1 else pd.Timedelta(0)
+    end = (series.index[-1] + step).normalize()  # the end of the last whole day covered
+    start = end - pd.Timedelta(days=math.ceil(days))
+    if start <= series.index[0]:
+        raise ExperimentError(f"the trace spans {series.index[0]} .. {series.index[-1]}: too short for "
+                              f"{days:g} replayed day(s) after some history", file=str(path), field="--trace",
+                              value=str(path))
+    return str(Path(path).resolve()), str(series.index[0]), str(start.date())
+
+
+def trace_config(trace: str, params: Params, days: float, seed: int, spec: tuple | None = None):
     """The replay of ``trace`` as ``augury run`` reads it from ``[metrics]``
-    (``experiments.tracereplay.TraceReplayConfig``)."""
+    (``experiments.tracereplay.TraceReplayConfig``); ``spec``: a user trace's (file, history
+    start, replay start) instead of ``TRACES[trace]``."""
     from experiments.tracereplay import TraceReplayConfig
 
-    file, hist_start, replay_start = TRACES[trace]
+    file, hist_start, replay_start = spec or TRACES[trace]
     return TraceReplayConfig(trace=file, start=replay_start, history_start=hist_start, days=days,
                              speedup=params.speedup, peak_over_capacity=params.peak_over_capacity,
                              resample_s=params.replay_resample_s, restart_s=params.restart_s, seed=seed)
@@ -151,11 +173,11 @@ def loop_config(params: Params):
                       guard=GuardRails(max_reconfigurations_per_day=params.max_reconfigurations_per_day))
 
 
-def prepare(trace: str, params: Params, days: float, seed: int, truth, traces_dir):
-    """``experiments.tracereplay.prepare`` for one trace of the suite."""
+def prepare(trace: str, params: Params, days: float, seed: int, truth, traces_dir, spec: tuple | None = None):
+    """``experiments.tracereplay.prepare`` for one trace of the suite (or a user trace: ``spec``)."""
     from experiments.tracereplay import prepare as prepare_trace
 
-    cfg = trace_config(trace, params, days, seed)
+    cfg = trace_config(trace, params, days, seed, spec)
     return prepare_trace(truth, Path(traces_dir) / cfg.trace, cfg, window_s=params.window_s,
                          forecast_step_s=params.forecast_step_s, utilization_target=params.utilization_target,
                          latency_slo_ms=params.latency_slo_ms)
@@ -175,7 +197,7 @@ def run_augury(model, truth, prepared, params: Params, store=None, on_step=None,
 
 
 def run_trace(trace: str, params: Params, days: float, seed: int, repo, traces_dir, progress,
-              learned=None, policies=POLICIES) -> list:
+              learned=None, policies=POLICIES, spec: tuple | None = None) -> list:
     from experiments.baselines import (DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy, OraclePolicy,
                                        StaticPolicy, ds2_max)
     from experiments.replay import PolicyController, drive
@@ -183,10 +205,10 @@ def run_trace(trace: str, params: Params, days: float, seed: int, repo, traces_d
     from modeler.modelfile import load_model, to_graph
     from scheduler.plan import PlanConfig, plan
 
-    if trace not in TRACES:
+    if trace not in TRACES and spec is None:
         raise ExperimentError("unknown trace", field="trace", value=trace)
     truth = load_model(str(repo / params.model_file))
-    prepared = prepare(trace, params, days, seed, truth, traces_dir)
+    prepared = prepare(trace, params, days, seed, truth, traces_dir, spec)
     pc = PlanConfig(utilization_target=params.utilization_target, latency_slo_ms=params.latency_slo_ms)
     actual_peak = max(prepared.load.rates)
     graph = to_graph(truth)
@@ -227,33 +249,52 @@ def run_trace(trace: str, params: Params, days: float, seed: int, repo, traces_d
 
 def run(ctx: ExperimentContext) -> ExperimentResult:
     params = Params()
-    traces = ("nyc_taxi",) if ctx.quick else tuple(TRACES)
     days = 1 if ctx.quick else params.days
+    specs: dict[str, tuple | None] = {t: None for t in (("nyc_taxi",) if ctx.quick else tuple(TRACES))}
+    if ctx.traces:  # user traces: only those
+        specs = {}
+        for path in ctx.traces:
+            name = Path(path).stem
+            while name in specs:
+                name += "+"
+            specs[name] = user_trace(path, days)
+    traces = tuple(specs)
+    seeds = tuple(ctx.seeds) or (ctx.seed,)
     rows, timelines = [], {}
     from experiments.recording import learn_model
     from experiments.tracereplay import summary
     from modeler.modelfile import dump_model, load_model
 
-    ctx.progress("augury learns its model: warm-up on the testbed -> ingest -> Spark -> calibrate")
     truth = load_model(str(ctx.repo / params.model_file))
-    learned, calibration = learn_model(truth, Path(ctx.workdir) / "learn", seed=ctx.seed)
-    (Path(ctx.workdir) / "learned_model.yaml").write_text(dump_model(learned))
-    for trace in traces:
-        for tr, r, c in run_trace(trace, params, days, replay_seed(ctx.seed, trace), ctx.repo, ctx.traces_dir, ctx.progress,
-                                  learned=learned):
-            rows.append({"trace": tr, **summary(r, days),
-                         "violated_share": float(r.timeline["violated"].mean()),
-                         "peak_instances": int(r.timeline["instances"].max()),
-                         "forecast_methods": ",".join(sorted(set(getattr(getattr(c, "decider", None), "forecast_methods_", [])))),
-                         "planned_reconfigurations_max_24h": max((s.per_day() for s in getattr(getattr(c, "decider", None),
-                                                                                             "schedules_", [])),
-                                                                 default=0),
-                         "reactive_replans": getattr(getattr(c, "decider", None), "reactive_replans_", 0)})
-            timelines[(tr, r.policy)] = r.timeline
+    calibration: dict = {}
+    for seed in seeds:
+        ctx.progress(f"seed {seed}: augury learns its model: warm-up on the testbed -> ingest -> Spark -> calibrate")
+        learned, calibration = learn_model(truth, Path(ctx.workdir) / f"learn-{seed}", seed=seed)
+        (Path(ctx.workdir) / f"learned_model-{seed}.yaml").write_text(dump_model(learned))
+        for trace in traces:
+            for tr, r, c in run_trace(trace, params, days, replay_seed(seed, trace), ctx.repo, ctx.traces_dir,
+                                      ctx.progress, learned=learned, spec=specs[trace]):
+                rows.append(_row(tr, seed, r, c, days, summary))
+                timelines.setdefault((tr, r.policy), r.timeline)  # the first seed's, for the figures
     table = pd.DataFrame(rows)
+    return _result(ctx, params, table, timelines, traces, seeds, days, calibration)
+
+
+def _row(tr: str, seed: int, r, c, days: float, summary) -> dict:
+    decider = getattr(c, "decider", None)
+    return {"trace": tr, "seed": seed, **summary(r, days),
+            "violated_share": float(r.timeline["violated"].mean()),
+            "peak_instances": int(r.timeline["instances"].max()),
+            "forecast_methods": ",".join(sorted(set(getattr(decider, "forecast_methods_", [])))),
+            "planned_reconfigurations_max_24h": max((s.per_day() for s in getattr(decider, "schedules_", [])),
+                                                    default=0),
+            "reactive_replans": getattr(decider, "reactive_replans_", 0)}
+
+
+def _result(ctx, params: Params, table: pd.DataFrame, timelines, traces, seeds, days: float, calibration):
     totals = table.groupby("policy", sort=False)[["violation_minutes", "restart_violation_minutes",
                                                   "load_violation_minutes", "instance_hours",
-                                                  "reconfigurations"]].sum()
+                                                  "reconfigurations"]].sum() / len(seeds)
     totals["reconfigurations_per_day"] = totals["reconfigurations"] / (days * len(traces))
     totals = totals.reset_index()
     t = totals.set_index("policy")
@@ -269,7 +310,9 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     metrics["augury.instance_hours_over_static_peak"] = a.instance_hours / s.instance_hours
     metrics["augury.instance_hours_over_oracle"] = a.instance_hours / t.loc["oracle", "instance_hours"]
     lines = [f"{', '.join(traces)}: {days} day(s) each replayed {params.speedup:g}x compressed on the WordCount "
-             f"job (trace peak = {params.peak_over_capacity} x its default max rate), seed {ctx.seed}.",
+             f"job (trace peak = {params.peak_over_capacity} x its default max rate), seed(s) "
+             f"{', '.join(map(str, seeds))}" + (" (figures: per trace and seed, averaged over the seeds)" if len(seeds) > 1
+                                              else "") + ".",
              f"- augury: {a.violation_minutes:.0f} SLO-violation minutes vs {f.violation_minutes:.0f} for the Flink "
              f"rules ({reduction:.0%} fewer; goal >= 90 %: {'met' if reduction >= 0.9 else 'missed'}), "
              f"{a.instance_hours:.0f} instance-hours vs {s.instance_hours:.0f} static peak (goal <=: "
@@ -289,7 +332,8 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                  f"trust {calibration['calibration_trust']:.2f}; largest relative error against the truth "
                  f"{max((abs(v) for k, v in calibration.items() if k != 'calibration_trust'), default=0.0):.1%}.")
     return ExperimentResult(
-        params={"traces": ",".join(traces), "policies": ",".join(POLICIES), **params.__dict__, "days": days},
+        params={"traces": ",".join(traces), "policies": ",".join(POLICIES), **params.__dict__, "days": days,
+                "seeds": ",".join(map(str, seeds))},
         metrics=metrics, tables={"runs": table, "totals": totals}, figures=figures, summary="\n".join(lines))
 
 

@@ -29,3 +29,24 @@ def test_quick_preemptive_through_the_harness(tmp_path, monkeypatch, traces_dir)
     m = run.result.metrics
     assert m["augury.instance_hours"] == pytest.approx(runs.loc["augury", "instance_hours"])
     assert all(p.is_file() for p in run.result.figures.values()) and run.mlflow_run_id
+
+
+def test_a_user_trace_replays_its_last_days_after_its_history(tmp_path):
+    import pandas as pd
+
+    from experiments.harness import ExperimentError, check_inputs
+    from experiments.suite import preemptive
+
+    idx = pd.date_range("2024-03-01", "2024-03-20 23:30", freq="30min")
+    path = tmp_path / "mine.csv"
+    pd.DataFrame({"timestamp": idx.strftime("%Y-%m-%d %H:%M:%S"), "value": 100}).to_csv(path, index=False)
+    file, hist_start, start = preemptive.user_trace(path, 1.0)
+    assert file == str(path.resolve()) and pd.Timestamp(hist_start) == idx[0] and start == "2024-03-20"
+    assert preemptive.trace_config("mine", preemptive.Params(), 1.0, 7, (file, hist_start, start)).start == start
+    short = tmp_path / "short.csv"
+    pd.DataFrame({"timestamp": idx[:30].strftime("%Y-%m-%d %H:%M:%S"), "value": 100}).to_csv(short, index=False)
+    with pytest.raises(ExperimentError) as info:
+        preemptive.user_trace(short, 1.0)
+    assert info.value.field == "--trace"
+    check_inputs(preemptive, seeds=(0, 1, 2), traces=(path,))  # it takes both
+    assert preemptive.replay_seed(0, "nyc_taxi") == 1 and preemptive.replay_seed(2, "mine") >= 203
