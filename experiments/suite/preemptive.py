@@ -57,6 +57,11 @@ TRACES = {
     "nyc_taxi": ("nab_nyc_taxi.csv", "2014-07-01", "2014-07-22"),
     "amzn_tweets": ("nab_Twitter_volume_AMZN.csv", "2015-03-11", "2015-04-01"),
 }
+HEADLINE = ("augury.violation_minutes", "augury.instance_hours", "augury.reconfigurations_per_day",
+            "flink_autoscaler.violation_minutes", "flink_autoscaler.instance_hours",
+            "augury.violation_reduction_vs_flink", "augury/u0.7.violation_minutes", "augury/u0.7.instance_hours",
+            "oracle.instance_hours")
+"""The metrics quoted in the README (all are in RESULTS.md)."""
 INPUTS = ("seeds", "traces")
 """``--seed`` (repeatable: every trace replayed with each seed, augury learning its model anew)
 and ``--trace FILE`` (a user trace, timestamp,count CSV: its last ``days`` replayed after the
