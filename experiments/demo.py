@@ -134,11 +134,15 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     bigger = {op.name: min(op.max_parallelism, op.parallelism * 2) for op in truth.operators if not op.is_source}
     raw = record(truth, load_plan(truth, [{}, bigger], seconds=cfg.record_seconds), seed=cfg.seed)
     progress(f"[2/5] ingest + Spark summarize ({len(raw):,} metric rows) and calibrate")
+    from pyspark.sql import SparkSession
+
+    started = SparkSession.getActiveSession() is None  # stop only a session this demo started
     spark = spark_session(master=cfg.spark_master, app_name="augury-demo")
     try:
         ingest_and_summarize(raw, out / "store", spark=spark)
     finally:
-        spark.stop()
+        if started:
+            spark.stop()
     calibrator = calibrate_store(out / "store", truth.job)
     model = calibrator.model_
     errors = truth_errors(truth, model)

@@ -12,8 +12,9 @@ from augury.cli import main
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_quick_demo_end_to_end(tmp_path, capsys, traces_dir):
+def test_quick_demo_end_to_end(tmp_path, capsys, traces_dir, spark):
     assert main(["demo", "--quick", "--json", "--out", str(tmp_path / "demo")]) == 0
+    assert spark.sparkContext._jsc is not None  # the session it did not start is still running
     out = json.loads(capsys.readouterr().out)
     assert set(out["policies"]) == {"augury", "flink-autoscaler", "static-peak"}
     for result in out["policies"].values():
