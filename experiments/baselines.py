@@ -302,10 +302,11 @@ class FlinkAutoscalerPolicy:
         # does (job running + stabilization + window): not since the oldest *kept* sample, which
         # never lies a whole window back when the window is not a multiple of the sample interval
         # (15 min of 4-minute samples: the policy never acted).
-        if now_s - self._collecting_since_s < self.metrics_window_s - 1e-9 or len(self._samples) < 2:
+        if now_s - self._collecting_since_s < self.metrics_window_s - 1e-9:
             return None
-        # the first sample is the counters' baseline: rates come from the samples after it
-        window = [s for t, s in self._samples if t > first]
+        # the oldest kept sample is the counters' baseline: rates come from the samples after it;
+        # a lone sample (samples coarser than the window, e.g. 16-minute windows) is the window
+        window = [s for t, s in self._samples if t > first] or [self._samples[-1][1]]
         new, outside = self.evaluate(now_s, window, config)
         if not outside or new == dict(config):
             return None

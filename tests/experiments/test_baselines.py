@@ -156,6 +156,15 @@ def test_flink_window_fills_when_it_is_not_a_multiple_of_the_sample_interval():
     assert t2 == pytest.approx(1440.0 + 960.0)  # 1200 < 960 + 300: skipped; 1440 starts; +4 samples
 
 
+def test_flink_acts_on_samples_coarser_than_its_window():
+    # 16-minute samples, a 15-minute window: each window holds one sample; it had waited for two
+    # and never acted (the demo's Flink row: 0 reconfigurations, 768 violation minutes)
+    config = {"src": 1, "a": 2, "b": 1}
+    stats = _stats(arrival=1500.0, a_busy=0.95, b_busy=0.5)
+    t, new = _flink_feed(FlinkAutoscalerPolicy(_graph()), stats, config, every=960.0, until=6 * 3600.0)
+    assert t == pytest.approx(960.0) and new["a"] == 5
+
+
 def test_flink_restart_allowance_and_catch_up():
     config = {"src": 1, "a": 2, "b": 1}
     stats = _stats(arrival=1500.0, a_busy=0.95, b_busy=0.5)
