@@ -83,9 +83,14 @@ def summary(report, cfg) -> str:
                      f"{f.violation_minutes:.0f} minutes with {f.reconfigurations}.")
     if a and s and s.instance_hours > 0:
         change = a.instance_hours / s.instance_hours - 1
+        vs_flink = ""
+        if f and f.instance_hours > 0:  # the comparison that matters to a user of the Flink rules
+            d = a.instance_hours / f.instance_hours - 1
+            vs_flink = (f" and {abs(d):.0%} {'fewer' if d < 0 else 'more'} than the Flink autoscaler's rules "
+                        f"({f.instance_hours:.0f})")
         lines.append(f"augury used {a.instance_hours:.0f} instance-hours, {abs(change):.0%} "
                      f"{'fewer' if change < 0 else 'more'} than provisioning for the peak all day "
-                     f"({s.instance_hours:.0f}).")
+                     f"({s.instance_hours:.0f}){vs_flink}.")
     return "\n".join(lines)
 
 

@@ -32,3 +32,17 @@ def test_quick_demo_end_to_end(tmp_path, capsys, traces_dir, spark):
 def test_missing_trace_is_bad_input(capsys, tmp_path):
     assert main(["demo", "--quick", "--trace", str(tmp_path / "none.csv")]) == 2
     assert "--trace" in capsys.readouterr().err
+
+
+def test_summary_compares_instance_hours_with_the_flink_rules_too():
+    from types import SimpleNamespace as NS
+
+    from augury.commands.demo import summary
+
+    results = (NS(policy="augury", violation_minutes=6.0, reconfigurations=6, instance_hours=145.0),
+               NS(policy="flink-autoscaler", violation_minutes=20.0, reconfigurations=4, instance_hours=100.0),
+               NS(policy="static-peak", violation_minutes=0.0, reconfigurations=0, instance_hours=192.0))
+    report = NS(results=results, calibration_errors={"x": 0.005}, schedule=[1, 2])
+    text = summary(report, NS(replay_day="2014-07-22"))
+    assert "25% fewer than provisioning for the peak all day (192)" in text
+    assert "45% more than the Flink autoscaler's rules (100)" in text
