@@ -332,6 +332,27 @@ def oracle(space: _Space, targets: RunTargets, settings: ConfirmSettings = Confi
                          field="latency_slo_ms", value=targets.latency_slo_ms)
 
 
+class TrueOracle:
+    """Stage 1 alone (the true model, no testbed) for any rate: the fewest instances meeting a p99
+    SLO and a utilization ceiling, cached per rate. For bounds over many windows (the
+    ``preemptive`` experiment's hindsight lower bound), where simulating each is too costly."""
+
+    def __init__(self, truth: JobModel, latency_slo_ms: float, ceiling: float = 0.7) -> None:
+        self.space = _Space(truth)
+        self.latency_slo_ms = float(latency_slo_ms)
+        self.ceiling = float(ceiling)
+        self._cache: dict[float, int] = {}
+
+    def instances(self, rate: float) -> int:
+        """Fewest non-source instances at ``rate`` tuples/s (``ReferenceError`` when none)."""
+        key = float(rate)
+        if key not in self._cache:
+            found = oracle(self.space, RunTargets(rate=key, latency_slo_ms=self.latency_slo_ms,
+                                                  utilization_ceiling=self.ceiling))
+            self._cache[key] = int(found.instances)
+        return self._cache[key]
+
+
 def utilization_only_config(truth: JobModel, rate: float, ceiling: float = 0.7) -> dict[str, int]:
     """Every operator at the lowest parallelism that keeps its hottest instance within ``ceiling``
     (latency ignored): the cheapest configuration for the ceiling alone."""

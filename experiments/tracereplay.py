@@ -20,6 +20,7 @@ the trace. Rates tuples/s, latencies ms.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -192,6 +193,26 @@ def replay_augury(model: JobModel, truth: JobModel, prepared: PreparedTrace, loo
     controller = LoopController(model, loop_config, name=name, decider=decider, store=store, on_step=on_step)
     result = drive(truth, prepared.load, controller, prepared.replay, prepared.initial, prepared.duration_s)
     return result, controller
+
+
+def hindsight_instance_hours(truth: JobModel, timeline: pd.DataFrame, latency_slo_ms: float,
+                             ceiling: float = 0.7, resolution: float = 0.02) -> float:
+    """The hindsight lower bound on instance-hours for a replay's load: every window at the
+    fewest instances meeting the SLO and the utilization ``ceiling`` for the load it actually
+    saw (the reference of ``experiments.reference``, stage 1 on the true model), no restart cost,
+    no lead time. Each window's rate is rounded *down* onto a geometric grid of ``resolution``
+    (fewer distinct searches; rounding down keeps it a lower bound)."""
+    from experiments.reference import TrueOracle
+
+    if timeline.empty:
+        return 0.0
+    found = TrueOracle(truth, latency_slo_ms, ceiling)
+    step = math.log1p(resolution)
+
+    def level(rate: float) -> float:
+        return 0.0 if rate <= 0 else float(math.exp(math.floor(math.log(rate) / step) * step))
+    instances = timeline["rate"].astype(float).map(lambda r: found.instances(level(r)))
+    return float((instances * timeline["dt_s"]).sum() / 3600.0)
 
 
 def minutes(timeline: pd.DataFrame, settled: bool) -> float:

@@ -100,3 +100,22 @@ def test_a_stateful_restart_lasts_the_same_policy_time_whatever_the_compression(
     assert change["detail"]["state_mb"] == 2000.0
     bed = Testbed(stateful, 600.0, TestbedConfig(seed=1, restart_s=30.0), parallelism=CHAIN.config)
     assert ReplayActuator(bed).apply({**CHAIN.config, "A": 3}).restart_s == pytest.approx(25.0)
+
+
+def test_the_hindsight_bound_is_the_oracle_per_window_and_below_any_plan():
+    import pandas as pd
+
+    from experiments.reference import TrueOracle
+    from experiments.tracereplay import hindsight_instance_hours
+
+    timeline = pd.DataFrame({"rate": [300.0, 900.0, 1500.0, 900.0], "dt_s": [1800.0] * 4})
+    hours = hindsight_instance_hours(CHAIN, timeline, latency_slo_ms=1e6, ceiling=0.7, resolution=0.0001)
+    oracle = TrueOracle(CHAIN, 1e6, 0.7)
+    expected = sum(oracle.instances(r * (1 - 1e-4)) for r in timeline["rate"]) * 0.5
+    assert hours == pytest.approx(expected)
+    # a lower bound: never above the instance-hours of holding, per window, what the planner picks
+    from scheduler.plan import PlanConfig, plan
+
+    planned = sum(plan(CHAIN, r, PlanConfig(utilization_target=0.7)).instances for r in timeline["rate"]) * 0.5
+    assert hours <= planned + 1e-9
+    assert hindsight_instance_hours(CHAIN, timeline.iloc[:0], 1e6) == 0.0
