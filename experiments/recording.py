@@ -160,3 +160,31 @@ def learn_model(truth: JobModel, workdir: str | Path, *, seed: int = 1, seconds:
     calibrator = calibrate_store(workdir / "store", truth.job)
     model = calibrator.model_
     return model, {"calibration_trust": float(calibrator.trust_), **truth_errors(truth, model)}
+
+
+def learn_model_following_advice(truth: JobModel, workdir: str | Path, *, seed: int = 1, seconds: float = 30.0,
+                                 spark=None, attempts: int = 3) -> tuple[JobModel, dict[str, float], str]:
+    """``learn_model``, recorded again when calibration finds an operator the warm-up left too idle
+    to measure (``CalibrationError`` naming the operator, advising a recording at higher load):
+    the advice is followed with a third configuration, every other operator at 4x its deployed
+    parallelism, so the job carries enough load to keep the idle one busy. Each attempt records
+    into ``workdir/warm-up-N``. Returns ``(model, figures, how)``; re-raises what advice cannot fix."""
+    from modeler.errors import CalibrationError
+
+    idle: list[str] = []
+    bigger = {op.name: min(op.max_parallelism, op.parallelism * 2) for op in truth.operators if not op.is_source}
+    for attempt in range(attempts):
+        configs = None
+        if idle:
+            loaded = {op.name: (op.parallelism if op.name in idle else min(op.max_parallelism, op.parallelism * 4))
+                      for op in truth.operators if not op.is_source}
+            configs = [{}, bigger, loaded]
+        try:
+            model, info = learn_model(truth, Path(workdir) / f"warm-up-{attempt + 1}", seed=seed, seconds=seconds,
+                                      spark=spark, configs=configs)
+            return model, info, "warm-up" if not idle else f"warm-up again, loading {', '.join(idle)}"
+        except CalibrationError as err:
+            if err.field != "operator" or not err.value or str(err.value) in idle or attempt == attempts - 1:
+                raise
+            idle.append(str(err.value))
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises

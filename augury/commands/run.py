@@ -378,7 +378,7 @@ def _learned(args: argparse.Namespace, spec: dict, truth):
     learn = spec.get("learn")
     if learn is None:
         return truth, None
-    from experiments.recording import learn_model
+    from experiments.recording import learn_model_following_advice
     from history.spark import spark_session
     from modeler.modelfile import dump_model
 
@@ -386,8 +386,11 @@ def _learned(args: argparse.Namespace, spec: dict, truth):
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"learning the model: {6 * learn.seconds:g} simulated seconds of warm-up -> ingest -> Spark -> "
           f"calibrate ({workdir})", file=sys.stderr, flush=True)
-    model, calibration = learn_model(truth, workdir, seed=learn.seed, seconds=learn.seconds,
-                                     spark=spark_session(master=args.spark_master))
+    # an operator the warm-up leaves too idle to measure: recorded again as calibration advises
+    model, calibration, how = learn_model_following_advice(truth, workdir, seed=learn.seed, seconds=learn.seconds,
+                                                           spark=spark_session(master=args.spark_master))
+    if how != "warm-up":
+        print(f"learning the model: {how}", file=sys.stderr, flush=True)
     (workdir / "learned_model.yaml").write_text(dump_model(model))
     return model, calibration
 

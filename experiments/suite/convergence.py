@@ -303,30 +303,12 @@ def make_case(truth, refs, step: str, start: str, rate: float, slo: float, param
 
 
 def learn(truth, workdir: Path, seed: int, attempts: int = 3):
-    """augury's model of the job from measurements only (``experiments.recording.learn_model``):
-    (model, info, how). When calibration finds an operator the warm-up left too idle to measure
-    (it says so and advises recording at higher load), the warm-up is recorded again with that
-    advice followed: a third configuration with every other operator at 4x its deployed
-    parallelism, so the job carries enough load to keep the idle one busy."""
-    from experiments.recording import learn_model
-    from modeler.errors import CalibrationError
+    """augury's model of the job from measurements only: (model, info, how), recorded again with
+    calibration's advice when the warm-up left an operator too idle to measure
+    (``experiments.recording.learn_model_following_advice``, which ``augury run [learn]`` uses too)."""
+    from experiments.recording import learn_model_following_advice
 
-    idle: list[str] = []
-    bigger = {op.name: min(op.max_parallelism, op.parallelism * 2) for op in truth.operators if not op.is_source}
-    for attempt in range(attempts):
-        configs = None
-        if idle:
-            loaded = {op.name: (op.parallelism if op.name in idle else min(op.max_parallelism, op.parallelism * 4))
-                      for op in truth.operators if not op.is_source}
-            configs = [{}, bigger, loaded]
-        try:
-            model, info = learn_model(truth, Path(workdir) / f"warm-up-{attempt + 1}", seed=seed, configs=configs)
-            return model, info, "warm-up" if not idle else f"warm-up again, loading {', '.join(idle)}"
-        except CalibrationError as err:
-            if err.field != "operator" or not err.value or str(err.value) in idle or attempt == attempts - 1:
-                raise
-            idle.append(str(err.value))
-    raise AssertionError("unreachable")
+    return learn_model_following_advice(truth, workdir, seed=seed, attempts=attempts)
 
 
 # ------------------------------------------------------------------ the history (advisor mode)

@@ -75,3 +75,20 @@ def test_calibration_recovers_truth_and_predicts_unseen_configurations(example, 
         measured = measure_max_rate(truth, full, seconds=20, warmup_s=10)
         predicted = predict(fitted, full, 0.0).max_rate
         assert predicted == pytest.approx(measured, rel=0.10), (config, predicted, measured)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_learning_follows_calibrations_advice_when_an_operator_was_too_idle(tmp_path, spark):
+    """The bundled pipeline's default warm-up leaves its sink too idle to measure: calibration
+    says so (CalibrationError naming the operator) and the warm-up is recorded again with the
+    other operators scaled up so the sink carries load; augury run [learn] uses the same path."""
+    from experiments.bundled import example
+    from experiments.recording import learn_model_following_advice
+    from modeler.modelfile import load_model
+
+    truth = load_model(str(example("pipeline.yaml")))
+    model, info, how = learn_model_following_advice(truth, tmp_path, seed=0, seconds=10.0, spark=spark)
+    assert how == "warm-up again, loading sink"
+    assert (tmp_path / "warm-up-1").is_dir() and (tmp_path / "warm-up-2" / "store").is_dir()
+    assert model.operator("sink").service_time_ms is not None and info["calibration_trust"] > 0
