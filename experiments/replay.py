@@ -189,12 +189,11 @@ def drive(truth: JobModel, load, controller: Controller, cfg: ReplayConfig, init
 def restart_cost_s(cfg: ReplayConfig, restart_s: float, capacity: float, arrival_rate: float) -> float:
     """Policy seconds of SLO violation one restart of ``restart_s`` policy seconds costs: nothing
     when it is within the backlog SLO, else the restart plus draining its backlog at the spare
-    capacity, ``restart_s * mu / (mu - lam)`` (infinite when ``mu <= lam``)."""
-    if restart_s <= cfg.backlog_slo_s:
-        return 0.0
-    if capacity <= arrival_rate:
-        return math.inf
-    return restart_s * capacity / (capacity - arrival_rate)
+    capacity, ``restart_s * mu / (mu - lam)`` (infinite when ``mu <= lam``): the charge the
+    pre-emptive schedule prices its changes with (``scheduler.schedule.restart_violation_s``)."""
+    from scheduler.schedule import restart_violation_s
+
+    return restart_violation_s(restart_s, capacity, arrival_rate, cfg.backlog_slo_s)
 
 
 # ------------------------------------------------------------------ controllers

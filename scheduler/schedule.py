@@ -355,18 +355,7 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     def config_of(n: int, lv: float) -> dict[str, int]:
         return dict(current_config) if (n == 0 and keep) else dict(plan_for(lv).config)
 
-    # Neighbouring segments with the same configuration are one segment.
-    merged: list[tuple[int, int, float]] = []
-    merged_cfg: list[dict[str, int]] = []
-    for n, (s, e, lv) in enumerate(seg):
-        c = config_of(n, lv)
-        if merged and merged_cfg[-1] == c:
-            ps, _, pl = merged[-1]
-            merged[-1] = (ps, e, max(pl, lv))
-        else:
-            merged.append((s, e, lv))
-            merged_cfg.append(c)
-    seg = merged
+    seg, merged_cfg = _merge_equal(seg, [config_of(n, lv) for n, (_, _, lv) in enumerate(seg)])
     cap_of = {}
 
     def capacity(c: dict[str, int]) -> float:
@@ -495,17 +484,23 @@ def _price_scale_downs(compiled: CompiledModel, seg: list, cfgs: list, values: n
             cfgs[n] = dict(before)
             changed = True
             break
-        if changed:  # neighbours with the same configuration are one segment
-            merged_seg, merged_cfgs = [], []
-            for (s, e, lv), c in zip(seg, cfgs):
-                if merged_cfgs and merged_cfgs[-1] == c:
-                    ps, _, pl = merged_seg[-1]
-                    merged_seg[-1] = (ps, e, max(pl, lv))
-                else:
-                    merged_seg.append((s, e, lv))
-                    merged_cfgs.append(c)
-            seg, cfgs = merged_seg, merged_cfgs
+        if changed:
+            seg, cfgs = _merge_equal(seg, cfgs)
     return seg, cfgs, reasons
+
+
+def _merge_equal(seg: list, cfgs: list) -> tuple[list, list]:
+    """Neighbouring segments with the same configuration are one segment (at the higher level)."""
+    merged_seg: list[tuple[int, int, float]] = []
+    merged_cfgs: list[dict[str, int]] = []
+    for (s, e, lv), c in zip(seg, cfgs):
+        if merged_cfgs and merged_cfgs[-1] == c:
+            ps, _, pl = merged_seg[-1]
+            merged_seg[-1] = (ps, e, max(pl, lv))
+        else:
+            merged_seg.append((s, e, lv))
+            merged_cfgs.append(dict(c))
+    return merged_seg, merged_cfgs
 
 
 def replay(model: JobModel | CompiledModel, sched: Schedule, actual: pd.Series,
