@@ -346,6 +346,8 @@ class PreemptiveDecider:
         self._plans: dict = {}
         self._plans_key: tuple | None = None
         self._base: pd.Series | None = None
+        self._grid: pd.Timedelta | None = None
+        """The forecasting grid (``grid``), fixed once the given history is read."""
 
     def capacity(self, model: JobModel, config: Mapping[str, int], targets: Targets) -> float:
         """Input rate at which ``config``'s hottest instance reaches the utilization target."""
@@ -367,19 +369,15 @@ class PreemptiveDecider:
             if native < step:
                 base = base.resample(step, origin="epoch").mean()
             self._base = base.interpolate(limit_direction="both")
+            self._grid = max(step, native)
         return self._base
 
     def grid(self) -> pd.Timedelta:
         """The forecasting grid: ``forecast_step_s``, or the given history's own step when it is
         coarser (a 30-minute trace stays on 30 minutes; measured windows are binned onto it, so
-        the series the forecaster sees is regular)."""
-        step = pd.Timedelta(seconds=self.config.forecast_step_s)
-        base = self._given()
-        if base is not None and len(base) > 1:
-            native = pd.Timedelta(base.index.to_series().diff().median())
-            if native > step:
-                return native
-        return step
+        the series the forecaster sees is regular). Read once with the history, not per window."""
+        self._given()
+        return self._grid if self._grid is not None else pd.Timedelta(seconds=self.config.forecast_step_s)
 
     def history(self, now: pd.Timestamp) -> pd.Series:
         """The rate history on the forecast grid up to ``now``: the given history, then what was
