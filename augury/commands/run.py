@@ -43,8 +43,6 @@ from augury.errors import UsageError
 
 _SECTIONS = {"job", "metrics", "actuator", "slo", "intervals", "guard", "trust", "reactive", "blacklist",
              "forecast", "decider", "learn"}
-_TESTBED_KEYS = ("source", "rate", "steps", "seed", "restart_s", "faults")
-"""``[metrics]`` of a testbed run without a trace (a constant rate or steps)."""
 DECIDERS = ("model", "reactive", "preemptive")
 
 
@@ -218,11 +216,13 @@ def _testbed_spec(path: str, metrics: dict, learn: dict | None, cfg, actuator: s
     out: dict = {"trace": None, "learn": None}
     if learn is not None:
         out["learn"] = _dataclass_from(LearnConfig, learn, path, "learn")
-    if "trace" not in metrics:
-        for key in metrics:
-            if key not in _TESTBED_KEYS:
-                raise _fail(path, f"metrics.{key}", metrics[key], "unknown key (known: "
-                            + ", ".join(sorted(_TESTBED_KEYS + ("trace",))) + ")")
+    if "trace" not in metrics:  # the testbed's own keys, as the schema table lists them
+        from augury.commands._run_schema import split_section
+
+        try:
+            split_section("metrics", metrics, path, {"source": "testbed", "load": "rate"})
+        except UsageError as err:
+            raise _fail(path, err.field, err.value, err.message + "; or trace, to replay a real trace") from None
         return out
     for key in ("rate", "steps", "faults"):
         if key in metrics:
@@ -402,8 +402,9 @@ def _run_trace(args: argparse.Namespace, spec: dict, duration: float | None) -> 
     days, the calibration figures of a learned model."""
     import pandas as pd
 
-    from experiments.replay import preemptive_decider
+    from experiments.replay import ReplayConfig, preemptive_decider
     from experiments.tracereplay import prepare, replay_augury, resolve_trace, summary
+    from scheduler.deciders import PreemptiveConfig
     from modeler.modelfile import load_model
     from scheduler.loop import format_step
     from scheduler.state import InMemoryStateStore, SQLiteStateStore
@@ -417,10 +418,13 @@ def _run_trace(args: argparse.Namespace, spec: dict, duration: float | None) -> 
     path = resolve_trace(trace.trace, spec["base"])
     targets = loop_cfg.targets
     decider_kind = spec["decider"]
-    forecast_step_s = spec["preemptive"][0].forecast_step_s if decider_kind == "preemptive" else 900.0
+    # the history's grid (only the pre-emptive decider reads it) and the SLO windows are scored
+    # against: the configured ones, else the defaults of PreemptiveConfig and ReplayConfig
+    forecast_step_s = (spec["preemptive"][0] if decider_kind == "preemptive" else PreemptiveConfig()).forecast_step_s
     prepared = prepare(truth, path, trace, window_s=loop_cfg.interval_s / trace.speedup,
                        forecast_step_s=forecast_step_s, utilization_target=targets.utilization_target,
-                       latency_slo_ms=targets.latency_slo_ms if targets.latency_slo_ms is not None else 50.0)
+                       latency_slo_ms=targets.latency_slo_ms if targets.latency_slo_ms is not None
+                       else ReplayConfig().latency_slo_ms)
     model, calibration = _learned(args, spec, truth)
     if decider_kind == "preemptive":
         decider = preemptive_decider(spec["preemptive"][0], prepared.history, prepared.day0, loop_cfg.model)

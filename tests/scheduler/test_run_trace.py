@@ -105,3 +105,12 @@ def test_a_trace_replay_takes_no_step_bound(tmp_path, capsys):
     config = _copy_examples(tmp_path)
     assert main(["run", "--config", str(config), "--iterations", "3"]) == 2
     assert "metrics.days" in capsys.readouterr().err
+
+
+def test_an_unknown_testbed_metrics_key_names_the_known_ones_and_the_trace_mode(tmp_path, capsys):
+    config = tmp_path / "run.toml"
+    model = examples_dir() / "wordcount.yaml"
+    config.write_text(f'[job]\nmodel = "{model}"\n[metrics]\nsource = "testbed"\nrat = 10\n')
+    assert main(["run", "--config", str(config), "--iterations", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "metrics.rat" in err and "rate" in err and "trace" in err
