@@ -311,6 +311,40 @@ def learn(truth, workdir: Path, seed: int, attempts: int = 3):
     return learn_model_following_advice(truth, workdir, seed=seed, attempts=attempts)
 
 
+@dataclass(frozen=True)
+class Learned:
+    """What augury learned of one DAG before any run: the model calibrated from its warm-up
+    recording (``learn``), or why there is none. Learned once per DAG (the warm-up runs on the
+    testbed with the first seed) and given to every run of the DAG, every case and seed: the seeds
+    vary the testbed, not the learning. Each run starts its own control loop on it, so what a
+    loop recalibrates from its run's windows stays in that run."""
+
+    model: object = field(repr=False)
+    """The learned ``JobModel`` (immutable), or None when learning failed."""
+    how: str
+    """``warm-up``, ``warm-up again, loading ...`` or ``failed``."""
+    trust: float
+    """``calibration_trust`` of the fit (nan when it failed)."""
+    seconds: float
+    error: str = ""
+
+
+def learn_once(dag: Dag, workdir: Path, seed: int) -> Learned:
+    """``learn`` for one DAG into ``workdir/learn-<dag>``; the model is also written there as
+    ``learned_model.yaml`` (as ``augury run [learn]`` does), so a run's files show what augury knew."""
+    from modeler.modelfile import dump_model
+
+    folder = Path(workdir) / f"learn-{dag.name}"
+    t0 = time.perf_counter()
+    try:
+        model, info, how = learn(dag.truth, folder, seed)
+    except Exception as err:  # noqa: BLE001 - reported as augury's failure on this DAG, not fatal
+        return Learned(None, "failed", math.nan, time.perf_counter() - t0, f"{type(err).__name__}: {err}")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "learned_model.yaml").write_text(dump_model(model), encoding="utf-8")
+    return Learned(model, how, float(info.get("calibration_trust", math.nan)), time.perf_counter() - t0)
+
+
 # ------------------------------------------------------------------ the history (advisor mode)
 
 
@@ -717,19 +751,17 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     k = 0
     learn_seconds = 0.0
     for i, dag, slo, cases in plan:
-        learned, trust, how = None, math.nan, "failed"
-        t0 = time.perf_counter()
-        try:
-            ctx.progress(f"{dag.name}: augury learns the job (warm-up on the testbed -> ingest -> Spark -> calibrate)")
-            learned, info, how = learn(dag.truth, Path(ctx.workdir) / f"learn-{dag.name}", seeds[0])
-            trust = info.get("calibration_trust", math.nan)
-        except Exception as err:  # noqa: BLE001
-            errors.append(f"{dag.name}: augury's learning failed: {type(err).__name__}: {err}")
-        learn_seconds += time.perf_counter() - t0
+        ctx.progress(f"{dag.name}: augury learns the job once (warm-up on the testbed -> ingest -> Spark -> "
+                     "calibrate), for every case and seed")
+        got = learn_once(dag, Path(ctx.workdir), seeds[0])
+        learned = got.model
+        if got.error:
+            errors.append(f"{dag.name}: augury's learning failed: {got.error}")
+        learn_seconds += got.seconds
         for row in dag_rows:
             if row["dag"] == dag.name:
-                row["augury_calibration_trust"] = trust
-                row["augury_learning"] = how
+                row["augury_calibration_trust"] = got.trust
+                row["augury_learning"] = got.how
         for c_i, case in enumerate(cases):
             for seed in seeds:
                 run_seed = seed * 10000 + i * 10 + c_i  # the same testbed randomness for every policy
@@ -740,7 +772,8 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                         errors.append(f"{dag.name} {case.step} {case.start} seed {seed} augury: no learned model")
                         continue
                     try:
-                        rows.append(run_one(dag, case, policy, params, slo, seed, run_seed, learned))
+                        rows.append(run_one(dag, case, policy, params, slo, seed, run_seed,
+                                            learned if policy == "augury" else None))
                     except Exception as err:  # noqa: BLE001 - one failed run is reported, not fatal
                         errors.append(f"{dag.name} {case.step} {case.start} seed {seed} {policy}: "
                                       f"{type(err).__name__}: {err}")

@@ -177,6 +177,34 @@ def test_bundled_random_and_user_dags(tmp_path):
     assert (tmp_path / "dags" / "random-2.yaml").is_file()
 
 
+def test_augury_learns_once_per_dag_and_every_run_gets_that_model(tmp_path, monkeypatch):
+    """Seeds vary the testbed, not the learning: one warm-up per DAG (the first seed's), its model
+    handed to every case, seed and run of augury; the model file is kept with the warm-up."""
+    learned, runs = [], []
+
+    def fake_learn(truth, workdir, seed, attempts=3):
+        learned.append((truth.job, seed))
+        return truth.with_config({}), {"calibration_trust": 0.9}, "warm-up"
+
+    def fake_run_one(dag, case, policy, params, slo, seed, run_seed, model=None):
+        runs.append((dag.name, case.step, case.start, seed, policy, model))
+        return {"dag": dag.name, "dag_kind": dag.kind, "skewed": dag.skewed, "seed": seed, "policy": policy,
+                "start": case.start, "step": case.step, "steps": 1.0, "reached": True, "final_instances": 12,
+                "reference_instances": 12, "over_provisioning": 0.0, "slo_met": True, "reconfigurations": 1,
+                "stable_at_end": True, "sustains": True, "converged_within": True, "time_to_reach_s": 240.0,
+                "violation_minutes": 0.0}
+    monkeypatch.setattr(conv, "learn", fake_learn)
+    monkeypatch.setattr(conv, "run_one", fake_run_one)
+    result = conv.run(ExperimentContext(quick=True, seeds=(3, 4), workdir=tmp_path))
+    assert learned == [("random-1", 3)]
+    augury = [r for r in runs if r[4] == "augury"]
+    assert len(augury) == len(conv.QUICK_CASES) * 2 and {r[3] for r in augury} == {3, 4}
+    assert len({id(r[5]) for r in augury}) == 1 and augury[0][5] is not None
+    assert all(r[5] is None for r in runs if r[4] != "augury")  # the peers get no model
+    assert (tmp_path / "learn-random-1" / "learned_model.yaml").is_file()
+    assert result.tables["dags"]["augury_learning"].tolist() == ["warm-up"]
+
+
 @pytest.mark.slow
 @pytest.mark.spark
 def test_quick_convergence_through_the_harness(tmp_path, monkeypatch, spark):
