@@ -27,6 +27,13 @@ in policy seconds with its published value; no policy knows the replay's compres
   action log and a blacklist that never expires.
 * ``StaticPolicy``: never changes the configuration (static peak provisioning).
 
+**Advisor mode.** Every policy has ``decide(now_s, stats, config)`` (decide and act: the caller
+applies what it returns) and ``advise(now_s, stats, config)``: it is fed the window and decides as
+usual, but its decision is *not* applied, and its state is left as if the decision had never been
+taken (the Flink autoscaler's ``scaling.enabled: false``; the others have no such mode, so it is
+defined here per policy). Feeding a policy history before it takes over (the convergence
+experiment's warm history) calls ``advise`` on every window.
+
 ``PEERS`` (below) lists, per peer, what is reproduced, its assumptions and every known
 difference from the original; ``experiments.results`` prints it in docs/RESULTS.md.
 
@@ -200,6 +207,13 @@ class DS2Policy:
         self._evaluations = 0
         return new if new != dict(config) else None
 
+    def advise(self, now_s: float, stats: Mapping[str, OperatorStats], config: Mapping[str, int]
+               ) -> dict[str, int] | None:
+        """Advisor mode: the decision ``decide`` would issue, not applied. DS2 keeps no state
+        beyond the manager's activation count, which counts this decision as ``decide`` does
+        (a decision issued restarts the count, applied or not)."""
+        return self.decide(now_s, stats, config)
+
 
 def ds2_max(graph: nx.DiGraph, **kwargs) -> DS2Policy:
     """The ``ds2-max`` VARIANT (not DS2 as published): sizes from the busiest instance's busy time."""
@@ -288,7 +302,18 @@ class FlinkAutoscalerPolicy:
 
     def decide(self, now_s: float, stats: Mapping[str, OperatorStats], config: Mapping[str, int]
                ) -> dict[str, int] | None:
-        if self._config is not None and dict(config) != self._config:
+        return self._step(now_s, stats, config, act=True)
+
+    def advise(self, now_s: float, stats: Mapping[str, OperatorStats], config: Mapping[str, int]
+               ) -> dict[str, int] | None:
+        """Advisor mode, as the autoscaler's ``scaling.enabled: false``: the sample is kept and the
+        recommendation computed (scale-downs keep their pending delay), but nothing is executed:
+        no restart, so the metric window is not cleared and the configuration stays ``config``."""
+        return self._step(now_s, stats, config, act=False)
+
+    def _step(self, now_s: float, stats: Mapping[str, OperatorStats], config: Mapping[str, int], act: bool
+              ) -> dict[str, int] | None:
+        if act and self._config is not None and dict(config) != self._config:
             self._restarted(now_s)  # rescaled by someone else: history cleared
         self._config = dict(config)
         if now_s < self._running_since_s + self.stabilization_s:
@@ -310,8 +335,9 @@ class FlinkAutoscalerPolicy:
         new, outside = self.evaluate(now_s, window, config)
         if not outside or new == dict(config):
             return None
-        self._restarted(now_s)
-        self._config = dict(new)
+        if act:
+            self._restarted(now_s)
+            self._config = dict(new)
         return new
 
     def _averages(self, window: Sequence[Mapping[str, OperatorStats]]) -> dict[str, OperatorStats]:
@@ -585,6 +611,19 @@ class DhalionPolicy:
         self._next_s = now_s + self.wait_s
         return {**dict(config), v: after}
 
+    def advise(self, now_s: float, stats: Mapping[str, OperatorStats], config: Mapping[str, int]
+               ) -> dict[str, int] | None:
+        """Advisor mode: the round runs as in ``decide`` (the window, the diagnosis, the judgement of
+        an earlier action), but an action it takes is withdrawn: not in the action log, no
+        post-action evaluation pending, and the next round one interval later (no 3-minute wait)."""
+        n = len(self.actions)
+        out = self.decide(now_s, stats, config)
+        if len(self.actions) > n:
+            self.actions.pop()
+            self._pending = None
+            self._next_s = now_s + self.interval_s
+        return out
+
 
 @dataclass
 class StaticPolicy:
@@ -594,6 +633,11 @@ class StaticPolicy:
 
     def decide(self, now_s: float, stats: Mapping[str, OperatorStats], config: Mapping[str, int]
                ) -> dict[str, int] | None:
+        return None
+
+    def advise(self, now_s: float, stats: Mapping[str, OperatorStats], config: Mapping[str, int]
+               ) -> dict[str, int] | None:
+        """Advisor mode: nothing to advise."""
         return None
 
 

@@ -353,13 +353,13 @@ class HistoryController:
     to the policy, which decides as usual, but nothing is applied (advisor mode); at the step the
     policy takes over (and the job is rescaled to ``switch_to`` first, when given).
 
-    augury's loop runs with the product's advisor flag (``GuardRails.advisor``) during the history.
-    The peers have no advisor mode, so a decision they take in the history is withdrawn from
-    their state: the Flink autoscaler keeps its samples and pending scale-downs but does not
-    restart its window (its advisor mode, ``scaling.enabled: false``, keeps collecting);
-    Dhalion forgets the action (no log entry, no pending evaluation, the next round one interval
-    later); DS2 has no state beyond its activation count. Any other policy is restored from a
-    copy taken before the decision.
+    augury's loop runs with the product's advisor flag (``GuardRails.advisor``) during the history;
+    the peers are fed each window through their public ``advise(now_s, stats, config)``
+    (``experiments.baselines``: the Flink autoscaler keeps its samples and pending scale-downs but
+    does not restart its window, as its ``scaling.enabled: false``; Dhalion forgets the action: no
+    log entry, no pending evaluation, the next round one interval later; DS2 has no state beyond
+    its activation count). A policy without ``advise`` is restored from a copy taken before a
+    decision it took.
     """
 
     def __init__(self, inner, step_sim_s: float, switch_to: Mapping[str, int] | None = None) -> None:
@@ -402,28 +402,14 @@ class HistoryController:
             hook(bed, view, config, restart_s)
 
     def _observe(self, bed, view, stats, config) -> None:
-        from experiments.baselines import DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy
-
         policy = getattr(self.inner, "policy", None)
         if policy is None:  # augury: advisor mode
             self.inner.step(bed, view, stats, config)
             return
-        if isinstance(policy, FlinkAutoscalerPolicy):
-            policy._restarted = lambda now_s: None  # advisor: no restart, samples and delays kept
-            try:
-                out = self.inner.step(bed, view, stats, config)
-            finally:
-                del policy._restarted
-                policy._config = dict(config)
-        elif isinstance(policy, DhalionPolicy):
-            n = len(policy.actions)
-            out = self.inner.step(bed, view, stats, config)
-            if len(policy.actions) > n:
-                policy.actions.pop()
-                policy._pending = None
-                policy._next_s = view.now_s + policy.interval_s
-        elif isinstance(policy, DS2Policy):
-            out = self.inner.step(bed, view, stats, config)
+        if hasattr(policy, "advise"):  # the peers' public advisor mode (experiments.baselines)
+            if getattr(self.inner, "settle", False) and not view.settled:
+                return  # the controller consults the policy only on settled windows
+            out = policy.advise(view.now_s, stats, dict(config))
         else:
             saved = copy.deepcopy(policy)
             out = self.inner.step(bed, view, stats, config)

@@ -337,6 +337,48 @@ def test_static_never_acts():
     assert StaticPolicy().decide(0.0, _stats(arrival=1e6, src_bp=1.0), {"a": 1}) is None
 
 
+# ---------------------------------------------------------------------------------- advisor mode
+
+
+def test_every_peer_has_a_documented_advisor_mode():
+    for cls in (DS2Policy, FlinkAutoscalerPolicy, DhalionPolicy, StaticPolicy):
+        assert callable(getattr(cls, "advise", None)) and cls.advise.__doc__, cls.__name__
+
+
+def test_flink_advise_recommends_but_keeps_its_window():
+    # saturated a (busy 0.98 at 1000/s, 1500/s arriving): the full window recommends a scale-up
+    config = {"src": 1, "a": 2, "b": 1}
+    hot = _stats(arrival=1500.0, a_busy=0.98, b_busy=0.3)
+    advisor, actor = FlinkAutoscalerPolicy(_graph()), FlinkAutoscalerPolicy(_graph())
+    advised = [advisor.advise(t, hot, config) for t in range(0, 1200, 240)]  # 0 ... 960 s
+    acted = [actor.decide(t, hot, config) for t in range(0, 1200, 240)]
+    assert advised == acted and advised[-1] is not None and advised[-1]["a"] > 2
+    # nothing executed: no restart, the window is kept, so taking over it acts at once; the
+    # autoscaler that acted restarted and waits stabilization + a whole window again
+    assert advisor.decide(1200.0, hot, config) == advised[-1]
+    assert actor.decide(1200.0, hot, advised[-1]) is None
+
+
+def test_dhalion_advise_leaves_no_action_behind():
+    config = {"src": 1, "a": 2, "b": 1}
+    pressured = _stats(arrival=3000.0, src_bp=0.5)
+    policy = DhalionPolicy(_graph())
+    assert policy.advise(0.0, pressured, config) == {"src": 1, "a": 4, "b": 1}
+    assert policy.actions == [] and policy.diagnoses  # diagnosed, not logged
+    # no 3-minute wait and nothing pending to judge: the next round, one minute later, acts again
+    assert policy.decide(60.0, pressured, config) == {"src": 1, "a": 4, "b": 1}
+    assert len(policy.actions) == 1 and policy.blacklist == []
+
+
+def test_ds2_advise_is_its_decision_and_counts_as_one():
+    config = {"src": 1, "a": 2, "b": 1}
+    assert DS2Policy(_graph()).advise(0.0, _stats(arrival=3000.0), config) == {"src": 1, "a": 3, "b": 1}
+    policy = DS2Policy(_graph(), activation_windows=2)
+    assert policy.advise(0.0, _stats(arrival=3000.0), config) is None  # 1 decision of 2
+    assert policy.decide(60.0, _stats(arrival=3000.0), config) == {"src": 1, "a": 3, "b": 1}
+    assert StaticPolicy().advise(0.0, _stats(arrival=1e6, src_bp=1.0), {"a": 1}) is None
+
+
 def test_peers_document_reproduced_assumptions_and_differences():
     assert {p["name"] for p in PEERS} >= {"ds2", "ds2-max", "flink-autoscaler", "dhalion"}
     for p in PEERS:
