@@ -16,8 +16,11 @@ What is fitted, and the rules:
   scaling is linear. The model file says which form was fitted.
 * **Service SCV** from queue lengths: the SCV for which the model reproduces the measured mean
   wait (Little's law on the time-averaged queue length) in windows at 30-95 % utilization without
-  back pressure, so clumped or smoothed arrivals are not blamed on the service. Without such
-  windows, 1.0 (exponential) is assumed and reported as such.
+  back pressure, so clumped or smoothed arrivals are not blamed on the service. A queue gauge
+  that counts tuples still on the wire (the testbed's) adds a per-tuple in-flight time to every
+  operator's measured wait: it is fitted jointly with the SCVs (0 when the gauge counts arrived
+  tuples only, as Flink's does), not blamed on the service. Without such windows, 1.0
+  (exponential) is assumed and reported as such.
 * **Selectivity** per edge = tuples on the edge / tuples processed upstream, over all windows.
 * **Key skew**: the hottest instance's share of a key-grouped operator's input, averaged per
   parallelism, is matched by a Zipf key distribution (exponent, key count) through Flink's
@@ -146,6 +149,7 @@ class Calibrator:
 
     ``Calibrator(config).fit(operator_windows, edge_windows, topology=None)`` returns ``self`` with
     ``operators_`` ({op: OperatorFit}), ``edges_`` ({(u, v): EdgeFit}), ``network_delay_ms_``,
+    ``queue_in_flight_ms_`` (the queue gauge's in-flight time per tuple, fitted with the SCVs),
     ``trust_`` and ``model_`` (the calibrated ``JobModel``, with a ``calibration`` section).
     """
 
@@ -182,7 +186,8 @@ class Calibrator:
             self.edges_[(spec.source, spec.target)] = _fit_edge(spec, ops, edges, topology, cfg)
 
         draft = self._assemble(topology, network_delay_ms=0.0)
-        for name, scv in _fit_scv_through_model(draft, ops, cfg).items():
+        scvs, self.queue_in_flight_ms_ = _fit_scv_through_model(draft, ops, cfg)
+        for name, scv in scvs.items():
             self.operators_[name] = replace(self.operators_[name], service_scv=scv)
         draft = self._assemble(topology, network_delay_ms=0.0)
         self.network_delay_ms_ = _fit_network_delay(draft, ops, cfg)
@@ -235,6 +240,9 @@ class Calibrator:
         delay = getattr(self, "network_delay_ms_", None)
         if delay is not None:
             section["network_delay_ms"] = delay.to_dict()
+        in_flight = getattr(self, "queue_in_flight_ms_", None)
+        if in_flight is not None:
+            section["queue_in_flight_ms"] = in_flight
         return section
 
 
@@ -340,26 +348,39 @@ def _window_inputs(model: JobModel, ops: pd.DataFrame, windows=None):
     return windows, compiled, P, src.loc[windows].to_numpy(float) if len(windows) else np.zeros(0)
 
 
-def _fit_scv_through_model(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig) -> dict[str, ParameterFit]:
-    """Service SCV per operator: the value for which the model reproduces the measured queues.
+def _fit_scv_through_model(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig
+                           ) -> tuple[dict[str, ParameterFit], float | None]:
+    """Service SCV per operator: the value for which the model reproduces the measured queues;
+    and the queue metric's in-flight time per tuple (ms; None without usable windows).
 
     Measured mean wait per tuple by Little's law (per instance Lq = lambda_i Wq_i, so the
     flow-weighted wait is ``queue_len_mean * p / processed_rate``); the model's wait is its sojourn
     minus the service time, which accounts for the arrival variability and clumps the operator
     actually sees (a P-K inversion assuming Poisson arrivals would blame clumped arrivals on the
-    service). Windows at ``scv_utilization_range`` without back pressure; a grid search minimizes
-    the median absolute log error. Without usable windows SCV 1.0 is assumed.
+    service). Windows at ``scv_utilization_range`` without back pressure.
+
+    An engine's queue gauge may count tuples still on the wire (the testbed's does: credit-based
+    flow control reserves the slot when the tuple is sent), so the measured wait is the queue
+    wait plus a per-tuple in-flight time d that is the same for every operator; Flink's
+    ``inputQueueLength`` counts received buffers only (d = 0). d is not known in advance, and
+    blaming it on the service inflates the SCV of fast operators (d = 0.1 ms against 0.1-1 ms
+    waits: SCV 2.5 fitted for a true 1.0, then waits over-predicted near saturation), so d and
+    the SCVs are fitted together: for every candidate d (0 up to the smallest operator's median
+    measured wait), each operator's SCV minimizes the median |log((model wait + d) / measured)|
+    over its windows (grid search), and d minimizes the sum of those minima over operators
+    (lightly loaded operators, whose waits are mostly d, identify it). Without usable windows
+    SCV 1.0 is assumed.
     """
     from modeler.queueing import compile_model, predict_batch
 
     if "queue_len_mean" not in ops.columns:
-        return {}
+        return {}, None
     lo, hi = cfg.scv_utilization_range
     bp = ops["backpressure_fraction"].fillna(0.0) if "backpressure_fraction" in ops else 0.0
     usable = ops[(ops["busy_fraction_mean"] >= lo) & (ops["busy_fraction_mean"] <= hi)
                  & np.isfinite(ops["queue_len_mean"].to_numpy(float)) & (bp <= cfg.max_backpressure_fraction)
                  & (ops["processed_rate"] > 0)]
-    out: dict[str, ParameterFit] = {}
+    per_op = []  # (name, windows, measured [W], predicted waits [grid, W])
     for name, rows in usable.groupby("operator"):
         spec = model.operator(str(name))
         if spec.is_source or spec.service_time_ms is None or len(rows) < cfg.min_windows:
@@ -372,26 +393,52 @@ def _fit_scv_through_model(model: JobModel, ops: pd.DataFrame, cfg: CalibrationC
             / rows["processed_rate"].to_numpy(float) * 1000.0  # ms
         j = compiled.index[spec.name]
         service = compiled.service_at(P)[:, j] * 1000.0
-        errors = []
+        waits = []
         for scv in _SCV_GRID:
             trial = replace(model, operators=tuple(replace(op, service_scv=float(scv)) if op.name == spec.name
                                                    else op for op in model.operators))
             batch = predict_batch(compile_model(trial), P, rates)
-            wait = batch.sojourn_ms[:, j] - service
-            with np.errstate(divide="ignore", invalid="ignore"):
-                err = np.abs(np.log(np.maximum(wait, 1e-9) / np.maximum(measured, 1e-9)))
-            errors.append(err)
-        errors = np.array(errors)  # [grid, windows]
-        if not np.isfinite(errors).any():  # the model saturates in every window: nothing to fit
-            continue
+            waits.append(batch.sojourn_ms[:, j] - service)
+        per_op.append((spec.name, windows, measured, np.array(waits)))
+    if not per_op:
+        return {}, None
+
+    def errors(measured: np.ndarray, waits: np.ndarray, d: float) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            err = np.abs(np.log(np.maximum(waits + d, 1e-9) / np.maximum(measured, 1e-9)))
+        return np.where(np.isfinite(err), err, np.nan)  # [grid, windows]
+
+    def scores(measured: np.ndarray, waits: np.ndarray, d: float) -> np.ndarray:
+        err = errors(measured, waits, d)
         with np.errstate(all="ignore"):
-            score = np.nanmedian(np.where(np.isfinite(errors), errors, np.nan), axis=1)
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: the model saturates
+                return np.nanmedian(err, axis=1)
+
+    fittable = [o for o in per_op if np.isfinite(errors(o[2], o[3], 0.0)).any()]
+    if not fittable:  # the model saturates in every window: nothing to fit
+        return {}, None
+    d_max = max(0.0, min(float(np.nanmedian(o[2])) for o in fittable))
+    best_d, best_total = 0.0, np.inf
+    for d in np.linspace(0.0, d_max, _IN_FLIGHT_STEPS + 1):
+        total = sum(float(np.nanmin(scores(o[2], o[3], d))) for o in fittable)
+        if total < best_total - 1e-12:
+            best_d, best_total = float(d), total
+    out: dict[str, ParameterFit] = {}
+    for name, windows, measured, waits in fittable:
+        err = errors(measured, waits, best_d)
+        score = scores(measured, waits, best_d)
         best = int(np.nanargmin(score))
-        per_window = _SCV_GRID[np.nanargmin(np.where(np.isfinite(errors), errors, np.inf), axis=0)]
-        out[spec.name] = ParameterFit(value=float(_SCV_GRID[best]), samples=len(windows),
-                                      spread=_spread(per_window) if np.median(per_window) else 0.0,
-                                      holdout_error=float(np.expm1(score[best])))
-    return out
+        per_window = _SCV_GRID[np.nanargmin(np.where(np.isfinite(err), err, np.inf), axis=0)]
+        out[name] = ParameterFit(value=float(_SCV_GRID[best]), samples=len(windows),
+                                 spread=_spread(per_window) if np.median(per_window) else 0.0,
+                                 holdout_error=float(np.expm1(score[best])))
+    return out, best_d
+
+
+_IN_FLIGHT_STEPS = 50
+"""Candidate in-flight times per tuple: 0 to the smallest median measured wait in this many steps."""
 
 
 def _fit_edge(spec: EdgeSpec, ops: pd.DataFrame, edges: pd.DataFrame, topology: JobModel,
