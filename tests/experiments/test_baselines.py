@@ -68,6 +68,22 @@ def test_window_stats_from_normalized_rows():
     assert window_stats(frame, window_s=10.0)["src"].arrival_rate == pytest.approx(150.0)
 
 
+def test_window_stats_sums_like_a_group_by():
+    # a duplicated row is summed, a NaN value counts as nothing, an instance without a busy row
+    # counts as idle in the mean but not in the max, a records_out row without target is dropped
+    rows = [("a", 0, "records_in", 100.0, None), ("a", 0, "records_in", 50.0, None),
+            ("a", 1, "records_in", float("nan"), None), ("a", 0, "busy_ms", 4000.0, None),
+            ("a", 1, "queue_len", 3.0, None), ("a", 0, "records_out", 10.0, "c"), ("a", 1, "records_out", 20.0, "c"),
+            ("a", 0, "records_out", 5.0, None), ("a", 1, "latency_ms_p99", 7.0, None)]
+    stats = window_stats(pd.DataFrame(rows, columns=["operator", "instance", "metric", "value", "target"]), 10.0)
+    a = stats["a"]
+    assert a.parallelism == 2 and a.processed_rate == pytest.approx(15.0)
+    assert a.instance_processed == pytest.approx((15.0, 0.0)) and a.instance_queue == pytest.approx((0.0, 3.0))
+    assert a.busy_mean == pytest.approx(0.2) and a.busy_max == pytest.approx(0.4)
+    assert a.output_rates == {"c": pytest.approx(3.0)} and a.backpressure_max == 0.0 and a.backlog == 0.0
+    assert window_stats(pd.DataFrame(columns=["operator", "instance", "metric", "value", "target"]), 10.0) == {}
+
+
 # ------------------------------------------------------------------------------------------- DS2
 
 
