@@ -26,6 +26,13 @@ line), raised before anything runs. ``ctx.seed`` is always the first seed. With 
 DIR``) the run's files stay in DIR, and every result table is also written there as
 ``DIR/<key>.csv`` (``runs.csv``, ``summary.csv``, ...) with ``summary.md`` and ``result.json``
 beside them, so the headline can be recomputed from the raw rows without mlflow.
+
+**Progress.** ``ctx.progress(message)`` says what a run is doing (one line on stderr from the
+command line); a loop over a known number of units (runs, cases, backtests) goes through
+``with ctx.steps(total, "what") as steps: ... steps.advance("unit")``: a ``tqdm`` progress bar on
+stderr (count, rate, time left; the unit after it) when ``ctx.bars`` is on, which
+``run_experiment`` sets when stderr is a terminal; otherwise one plain ``[k/N] unit`` line per
+unit through ``ctx.progress``, so CI logs and files stay readable (no carriage returns).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import json
 import pkgutil
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -52,6 +60,48 @@ SUITE_PACKAGE = "experiments.suite"
 
 class ExperimentError(AuguryError):
     """An experiment could not run (bad parameters, missing data, failed environment)."""
+
+
+class Steps:
+    """Progress over ``total`` units of work (``ExperimentContext.steps``). ``advance(unit)`` says
+    the next unit starts: with a bar, the previous one is counted done and ``unit`` shown after
+    the bar; without one, ``[k/total] unit`` goes to ``progress``. Leaving the ``with`` block
+    counts the last unit done and closes the bar."""
+
+    def __init__(self, total: int, what: str, progress: Callable[[str], None], bar: bool) -> None:
+        self.total = int(total)
+        self.what = what
+        self.progress = progress
+        self.started = 0
+        self._bar = None
+        if bar:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, desc=what, unit="", file=sys.stderr, dynamic_ncols=True,
+                             leave=True, mininterval=0.5)
+
+    def advance(self, unit: str) -> None:
+        if self._bar is None:
+            self.started += 1
+            self.progress(f"[{self.started}/{self.total}] {unit}")
+            return
+        if self.started:
+            self._bar.update(1)
+        self.started += 1
+        self._bar.set_postfix_str(unit, refresh=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            if self.started:
+                self._bar.update(1)
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> "Steps":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 @dataclass(frozen=True)
@@ -79,6 +129,14 @@ class ExperimentContext:
     """User model files (``--model``; only experiments with ``"models"`` in ``INPUTS``)."""
     traces: tuple[Path, ...] = ()
     """User trace files (``--trace``; only experiments with ``"traces"`` in ``INPUTS``)."""
+    bars: bool = False
+    """Draw ``steps`` as progress bars on stderr (``run_experiment``: when stderr is a terminal);
+    off: one ``[k/N]`` line per unit through ``progress``."""
+
+    def steps(self, total: int, what: str) -> Steps:
+        """Progress over ``total`` units (module docstring): ``with ctx.steps(n, "runs") as s:
+        ... s.advance("the unit")``."""
+        return Steps(total, what, self.progress, self.bars)
 
     @property
     def traces_dir(self) -> Path:
@@ -204,12 +262,15 @@ def run_experiment(name: str, quick: bool = False, seed: int = 0, workdir: Path 
                    spark_master: str = "local[2]",
                    progress: Callable[[str], None] = lambda message: None,
                    package: str | None = None, seeds: tuple[int, ...] | None = None,
-                   models: tuple = (), traces: tuple = (), out: Path | None = None) -> ExperimentRun:
+                   models: tuple = (), traces: tuple = (), out: Path | None = None,
+                   bars: bool | None = None) -> ExperimentRun:
     """Run experiment ``name`` (from ``package``, the suite by default) and log it to mlflow
     (``experiments.tracking.tracking_uri()``). ``seeds`` (several seeds; ``seed`` is then its
     first), ``models`` and ``traces`` (user files) go to experiments that take them (``INPUTS``,
     else ``UsageError``); ``out``: a directory that keeps the run's files and gets every table as
-    ``<key>.csv`` (it is the working directory unless ``workdir`` says otherwise)."""
+    ``<key>.csv`` (it is the working directory unless ``workdir`` says otherwise). ``bars``:
+    progress bars on stderr (``ExperimentContext.bars``); None = when stderr is a terminal (then
+    ``progress`` lines are written around the bars, not through them)."""
     from experiments import tracking
 
     module = load_experiment(name, package)
@@ -224,8 +285,12 @@ def run_experiment(name: str, quick: bool = False, seed: int = 0, workdir: Path 
     own_dir = workdir is None
     work = Path(tempfile.mkdtemp(prefix=f"augury-{name}-")) if own_dir else Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
+    if bars is None:
+        bars = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    if bars:
+        progress = _around_bars(progress)
     ctx = ExperimentContext(quick=quick, seed=seed, workdir=work, spark_master=spark_master,
-                            progress=progress, seeds=seeds, models=models, traces=traces)
+                            progress=progress, seeds=seeds, models=models, traces=traces, bars=bars)
     tags = {"augury.experiment": name, "augury.quick": str(bool(quick)).lower(),
             "augury.seed": str(seed), "augury.git_commit": git_commit(ctx.repo)}
     if len(seeds) > 1:
@@ -247,6 +312,16 @@ def run_experiment(name: str, quick: bool = False, seed: int = 0, workdir: Path 
         if own_dir:
             shutil.rmtree(work, ignore_errors=True)
     return ExperimentRun(name=name, result=result, mlflow_run_id=active.info.run_id, seconds=seconds)
+
+
+def _around_bars(progress: Callable[[str], None]) -> Callable[[str], None]:
+    """``progress`` with any open bar cleared first and redrawn after (no line through a bar)."""
+    from tqdm import tqdm
+
+    def say(message: str) -> None:
+        with tqdm.external_write_mode(file=sys.stderr):
+            progress(message)
+    return say
 
 
 def _log_outputs(result: ExperimentResult, work: Path) -> None:

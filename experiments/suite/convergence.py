@@ -734,36 +734,35 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
             ctx.progress(f"  SKIPPED: {skipped[-1]}")
     ref_seconds = time.perf_counter() - started
     total = sum(len(c) for _, _, _, c in plan) * len(seeds) * len(POLICIES)
-    k = 0
     learn_seconds = 0.0
-    for i, dag, slo, cases in plan:
-        ctx.progress(f"{dag.name}: augury learns the job once (warm-up on the testbed -> ingest -> Spark -> "
-                     "calibrate), for every case and seed")
-        got = learn_once(dag, Path(ctx.workdir), seeds[0])
-        learned = got.model
-        if got.error:
-            errors.append(f"{dag.name}: augury's learning failed: {got.error}")
-        learn_seconds += got.seconds
-        for row in dag_rows:
-            if row["dag"] == dag.name:
-                row["augury_calibration_trust"] = got.trust
-                row["augury_learning"] = got.how
-        for c_i, case in enumerate(cases):
-            for seed in seeds:
-                run_seed = seed * 10000 + i * 10 + c_i  # the same testbed randomness for every policy
-                for policy in POLICIES:
-                    k += 1
-                    ctx.progress(f"[{k}/{total}] {dag.name} {case.step} from {case.start}, seed {seed}: {policy}")
-                    if policy == "augury" and learned is None:
-                        errors.append(f"{dag.name} {case.step} {case.start} seed {seed} augury: no learned model")
-                        continue
-                    try:
-                        rows.append(run_one(dag, case, policy, params, slo, seed, run_seed,
-                                            learned if policy == "augury" else None))
-                    except Exception as err:  # noqa: BLE001 - one failed run is reported, not fatal
-                        errors.append(f"{dag.name} {case.step} {case.start} seed {seed} {policy}: "
-                                      f"{type(err).__name__}: {err}")
-                        ctx.progress(f"  FAILED: {errors[-1]}")
+    with ctx.steps(total, "convergence runs") as runs:
+        for i, dag, slo, cases in plan:
+            ctx.progress(f"{dag.name}: augury learns the job once (warm-up on the testbed -> ingest -> Spark -> "
+                         "calibrate), for every case and seed")
+            got = learn_once(dag, Path(ctx.workdir), seeds[0])
+            learned = got.model
+            if got.error:
+                errors.append(f"{dag.name}: augury's learning failed: {got.error}")
+            learn_seconds += got.seconds
+            for row in dag_rows:
+                if row["dag"] == dag.name:
+                    row["augury_calibration_trust"] = got.trust
+                    row["augury_learning"] = got.how
+            for c_i, case in enumerate(cases):
+                for seed in seeds:
+                    run_seed = seed * 10000 + i * 10 + c_i  # the same testbed randomness for every policy
+                    for policy in POLICIES:
+                        runs.advance(f"{dag.name} {case.step} from {case.start}, seed {seed}: {policy}")
+                        if policy == "augury" and learned is None:
+                            errors.append(f"{dag.name} {case.step} {case.start} seed {seed} augury: no learned model")
+                            continue
+                        try:
+                            rows.append(run_one(dag, case, policy, params, slo, seed, run_seed,
+                                                learned if policy == "augury" else None))
+                        except Exception as err:  # noqa: BLE001 - one failed run is reported, not fatal
+                            errors.append(f"{dag.name} {case.step} {case.start} seed {seed} {policy}: "
+                                          f"{type(err).__name__}: {err}")
+                            ctx.progress(f"  FAILED: {errors[-1]}")
     if not rows:
         raise ExperimentError("every run failed or was skipped: " + "; ".join((skipped + errors)[:3]),
                               field="runs", value=total)

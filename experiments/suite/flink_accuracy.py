@@ -131,6 +131,11 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
 
 
 def _body(ctx, cluster, base, s) -> dict:
+    with ctx.steps(len(s["calibration"]) + 2 * len(s["tests"]) + 1, "flink-accuracy measurements") as steps:
+        return _measure(ctx, cluster, base, s, steps)
+
+
+def _measure(ctx, cluster, base, s, steps) -> dict:
     from modeler.calibrate import CalibrationConfig, Calibrator
     from modeler.queueing import predict
     from scheduler.observe import history_frames
@@ -140,6 +145,7 @@ def _body(ctx, cluster, base, s) -> dict:
     # 1. calibration
     calib_windows, calib_rows = [], []
     for p_e, p_a, rate in s["calibration"]:
+        steps.advance(f"calibration {p_e},{p_a} at {rate:g}/s")
         job = _Job(cluster, replace(base, rate_per_s=rate, p_enrich=p_e, p_aggregate=p_a), w_s)
         try:
             ws = job.windows(s["calibration_windows"])
@@ -166,6 +172,7 @@ def _body(ctx, cluster, base, s) -> dict:
     job = _Job(cluster, over, w_s)
     try:
         for i, c in enumerate(tests):
+            steps.advance(f"max rate {c}")
             if i:
                 rescales.append(job.rescale(c))
             measured[i] = _summary_of(job.windows(n))
@@ -180,6 +187,7 @@ def _body(ctx, cluster, base, s) -> dict:
                                 p_aggregate=tests[0]["Aggregate"]), w_s)
     try:
         for i, c in enumerate(tests):
+            steps.advance(f"latency {c} at {lat_rate:g}/s")
             if i:
                 rescales.append(job.rescale(c))
             # a warm-up window after each rescale too (buffer debloating re-adapts after a restart;
@@ -200,6 +208,7 @@ def _body(ctx, cluster, base, s) -> dict:
     if max(planned.values()) > slots:
         raise ExperimentError("the plan needs more slots than the cluster has", field="target_rate",
                               value=target)
+    steps.advance(f"one step {start} -> {planned} for {target:g}/s")
     job = _Job(cluster, replace(base, rate_per_s=target, p_enrich=start["Enrich"],
                                 p_aggregate=start["Aggregate"]), w_s)
     try:

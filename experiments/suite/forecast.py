@@ -31,8 +31,9 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     cases = [replace(c, folds=min(c.folds, QUICK_FOLDS), note=f"{c.note.split(',')[0]}, last {QUICK_FOLDS} "
                      "origins (quick)") if ctx.quick else c for c in CASES]
     rows = []
+    steps = ctx.steps(len(cases), "forecast backtests")
     for case in cases:
-        ctx.progress(f"forecast: backtesting {case.name} ({case.folds} origins)")
+        steps.advance(f"backtesting {case.name} ({case.folds} origins)")
         bt = run_case(case, ctx.traces_dir)
         rows.append({
             "trace": case.name, "window": case.note, "method": bt.method, "fits": bt.n_fits,
@@ -42,6 +43,7 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
             "naive_coverage_q0.9": bt.baseline.coverage[0.9],
             "season": f"{bt.season_steps} x {bt.step_s / 60:g} min",
         })
+    steps.close()
     table = pd.DataFrame(rows)
     metrics: dict[str, float] = {}
     for r in rows:

@@ -181,9 +181,10 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     ctx.progress("augury learns its model: warm-up on the testbed -> ingest -> Spark -> calibrate")
     learned, calibration = learn_model(load_model(str(ctx.repo / params.model_file)), Path(ctx.workdir) / "learn",
                                        seed=ctx.seed)
-    for k, (f, p) in enumerate(cases):
-        ctx.progress(f"[{k + 1}/{len(cases)}] {f}: {p}")
-        rows.append(run_case(f, p, params, duration, ctx.seed * 100 + k, ctx.repo, learned))
+    with ctx.steps(len(cases), "healing runs") as steps:
+        for k, (f, p) in enumerate(cases):
+            steps.advance(f"{f}: {p}")
+            rows.append(run_case(f, p, params, duration, ctx.seed * 100 + k, ctx.repo, learned))
     table = pd.DataFrame(rows)
     metrics = {}
     for row in rows:

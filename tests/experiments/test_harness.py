@@ -181,3 +181,39 @@ def test_cli_model_flag_on_the_real_suite(capsys, tmp_path):
     assert "--model" in err and "missing.yaml" in err
     assert cli(["experiment", "list", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["inputs"]["convergence"] == ["--seed", "--model"]
+
+
+def test_steps_are_plain_lines_without_bars(capsys):
+    said = []
+    ctx = harness.ExperimentContext(progress=said.append)
+    with ctx.steps(3, "runs") as steps:
+        for unit in ("a", "b", "c"):
+            steps.advance(unit)
+    assert said == ["[1/3] a", "[2/3] b", "[3/3] c"]
+    assert capsys.readouterr().err == ""
+
+
+def test_steps_draw_one_bar_on_stderr_with_bars(capsys):
+    said = []
+    ctx = harness.ExperimentContext(progress=said.append, bars=True)
+    with ctx.steps(2, "runs") as steps:
+        steps.advance("first")
+        steps.advance("second")
+    err = capsys.readouterr().err
+    assert said == []  # no per-unit lines: the bar says it
+    assert "runs" in err and "2/2" in err and "second" in err
+
+
+def test_run_experiment_draws_bars_only_when_stderr_is_a_terminal(suite, store, monkeypatch, tmp_path):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    made = []
+    real = harness.ExperimentContext
+    monkeypatch.setattr(harness, "ExperimentContext", lambda **kw: made.append(real(**kw)) or made[-1])
+    run_experiment("tiny", package=suite, workdir=tmp_path / "piped")  # pytest's stderr: not a terminal
+    monkeypatch.setattr(harness.sys, "stderr", Terminal())
+    run_experiment("tiny", package=suite, workdir=tmp_path / "tty")
+    assert [c.bars for c in made] == [False, True]
