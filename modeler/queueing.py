@@ -546,12 +546,65 @@ class _OpDist:
             if np.any(m > 1.0):
                 out = out * _clump_transform(x, m)
             return out
+        return svc * self._classes_transform(s, x)
+
+    @cached_property
+    def _pairs(self) -> tuple:
+        """The (row, class) pairs that carry tuples (weight > 0), row-major: (pair rows,
+        pair_start [n + 1] (row i's pairs are pair_start[i] .. pair_start[i + 1] - 1), weight,
+        rho, wait, clump). A key-grouped operator has one class per instance, padded to the
+        batch's largest parallelism, so about half the [n, W] grid is empty. Gathered once per
+        row set (``take``) and reused by every transform evaluation of the Newton iterations."""
+        r, k = np.nonzero(self.weight > 0)
+        pair_start = np.searchsorted(r, np.arange(self.weight.shape[0] + 1))
+        return r, pair_start, self.weight[r, k], self.rho[r, k], self.wait[r, k], self.clump[r, k]
+
+    def _classes_transform(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """sum over classes of weight * (wait transform) * (in-clump wait transform) at s [n, S]
+        (x = s E[S], complex), over the occupied (row, class) pairs only: a compiled loop
+        (``modeler._classes_kernel``; numpy without numba). Equal to the padded grid's sum
+        (``_classes_transform_grid``, the computation before) to rounding."""
+        from modeler import _classes_kernel as kernel
+
+        if not kernel.HAVE_NUMBA:  # pragma: no cover - numba is a dependency
+            return self._classes_transform_numpy(s, x)
+        _, pair_start, w, rho, wait, m = self._pairs
+        s, x = np.ascontiguousarray(s, dtype=np.complex128), np.ascontiguousarray(x, dtype=np.complex128)
+        return kernel.classes_sum(s, x, pair_start, w, rho, wait, m)
+
+    def _classes_transform_numpy(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """``_classes_transform`` in numpy on the occupied pairs: the in-clump terms u(N) =
+        expm1(-N x) / (N expm1(-x)) depend on a class only through the integer N, so they are
+        computed once per distinct N on [n, S] and gathered, instead of two complex exponentials
+        per class."""
+        r, pair_start, w, rho, wait, m = self._pairs
+        out = np.zeros(x.shape, dtype=np.complex128)
+        if r.size == 0:
+            return out
+        rho = rho[:, None]
+        mix = 1.0 - rho + rho / (1.0 + s[r] * wait[:, None])
+        c = np.flatnonzero(m > 1.0)
+        if c.size:
+            n1 = np.floor(m[c])
+            distinct = np.unique(np.concatenate([n1, n1 + 1.0]))
+            j1 = np.searchsorted(distinct, n1)
+            d = np.expm1(-x)
+            u = np.stack([np.expm1(-n * x) / (n * d) for n in distinct.tolist()])  # [N, n, S]
+            rc, ac = r[c], (m[c] - n1)[:, None]
+            mix[c] = mix[c] * ((1.0 - ac) * u[j1, rc] + ac * u[j1 + 1, rc])
+        rows_with = np.flatnonzero(np.diff(pair_start) > 0)
+        out[rows_with] = np.add.reduceat(w[:, None] * mix, pair_start[rows_with], axis=0)
+        return out
+
+    def _classes_transform_grid(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """The same sum on the padded [n, W] grid of classes (every class, occupied or not),
+        class by class: the plain computation the two above must equal (tests)."""
         x3, s3 = x[:, None, :], s[:, None, :]
         rho, w, m = self.rho[:, :, None], self.wait[:, :, None], self.clump[:, :, None]
         mix = 1.0 - rho + rho / (1.0 + s3 * w)
         if np.any(m > 1.0):
             mix = mix * _clump_transform(x3, m)
-        return svc * (self.weight[:, :, None] * mix).sum(axis=1)
+        return (self.weight[:, :, None] * mix).sum(axis=1)
 
 
 def _round_significant(x: np.ndarray, digits: int) -> np.ndarray:
