@@ -57,6 +57,41 @@ def test_error_table_by_hand():
     assert ("latency_p99", "caladrius") not in errors.index  # peers predict no tail
 
 
+
+def test_band_table_by_hand():
+    rows = []
+    for i, (load, measured, a, t) in enumerate([(0.5, 100.0, 110.0, 100.0), (0.5, 200.0, 190.0, 210.0),
+                                                (0.5, 50.0, 50.0, 45.0), (0.95, 10.0, 13.0, 9.0)]):
+        rows.append({"example": "x" if i < 3 else "y", "config": f"k{i}", "load": load, "rate": 1.0,
+                     "quantity": "latency_mean", "measured": measured, "pred_augury": a,
+                     "pred_caladrius": a, "pred_drs": a, "pred_true": t, "sink_tuples": 1.0})
+    bands = accuracy.band_table(pd.DataFrame(rows)).set_index(["example", "load"])
+    x = bands.loc[("x", 0.5)]
+    assert x["n"] == 3 and x["median_abs_err"] == pytest.approx(0.05)      # {0.1, 0.05, 0}
+    assert x["median_signed"] == pytest.approx(0.0)                          # {+0.1, -0.05, 0}
+    assert x["true_median_abs_err"] == pytest.approx(0.05)                   # {0, 0.05, 0.1}
+    assert 0.0 <= x["ci_lo"] <= x["median_abs_err"] <= x["ci_hi"] <= 0.1
+    assert bands.loc[("all", 0.95)]["median_abs_err"] == pytest.approx(0.3)  # y alone: 13 vs 10
+    assert bands.loc[("all", 0.5)]["n"] == 3
+
+
+def test_max_rate_warmup_waits_for_the_queues_upstream_of_the_bottleneck():
+    from experiments.testbed import TestbedConfig
+    from modeler.queueing import predict
+
+    truth = load_model(EXAMPLES / "pipeline.yaml")
+    config = truth.resolve_config({"decode": 6, "dedup": 4, "sessionize": 1, "score": 7, "sink": 3})
+    p = predict(truth, config, 1.0)
+    assert p.bottleneck == "sessionize"
+    # decode (6), dedup (4), sessionize (1): 11 queues of 1,000 filled by 0.6 x max rate x visit ratio
+    fill = sum(config[o] * TestbedConfig().queue_capacity / (0.6 * p.max_rate * p.operators[o].arrival_rate)
+               for o in ("decode", "dedup", "sessionize"))
+    assert fill > 10
+    got = accuracy.max_rate_warmup_s(truth, config, accuracy.FULL)
+    window = TestbedConfig().window_s  # whole windows: the measurement keeps its length
+    assert got == pytest.approx(math.ceil((accuracy.FULL.warmup_s + fill) / window) * window)
+    assert got >= accuracy.FULL.warmup_s + fill
+
 @pytest.mark.slow
 @pytest.mark.spark
 def test_quick_accuracy_through_the_harness(spark, tmp_path, monkeypatch):
@@ -98,3 +133,6 @@ def test_quick_accuracy_through_the_harness(spark, tmp_path, monkeypatch):
         assert logged[key] == pytest.approx(m[key])
     assert r.figures["predicted_vs_measured"].is_file()
     assert "goal <= 5 %" in r.summary
+    bands = r.tables["errors_by_band"]
+    assert set(plan.loads) <= set(bands["load"]) and {"all", *plan.examples} == set(bands["example"])
+    assert (bands["ci_lo"] <= bands["median_abs_err"] + 1e-12).all() and "by load band" in r.summary
