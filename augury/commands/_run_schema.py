@@ -357,6 +357,7 @@ RANGES: dict[str, str] = {
     "PreemptiveConfig.restart_s": "[0, inf)",
     "PreemptiveConfig.violation_s_per_instance_hour": "[0, inf)",
     "PreemptiveConfig.quantile": "(0, 1)",
+    "PreemptiveConfig.band_quantile": "[0, 1)",
     "PreemptiveConfig.forecast_step_s": "(0, inf)",
     "PreemptiveConfig.horizon_s": "(0, inf)",
     "PreemptiveConfig.lead_time_s": "[0, inf)",  # ScheduleConfig.check

@@ -12,8 +12,8 @@ Policies:
 * **augury** (pre-emptive: the product loop, ``scheduler.loop.ControlLoop`` with
   ``scheduler.deciders.PreemptiveDecider``, on a model *learned from measurements*: a warm-up
   recording on the testbed through ingest -> Spark -> calibrate; exactly what ``augury run``
-  runs): every ``replan_s`` of trace time (and at once when the measured load
-  runs past ``reactive_trigger`` of the capacity in force: a forecast miss) the forecaster
+  runs): every ``replan_s`` of trace time (and at once when the load measured over
+  the last forecasting step leaves the forecast's ``band_quantile`` upper band: a forecast miss) the forecaster
   (``modeler.forecast``, ``auto``; fitted on the history up to now every ``refit_s``, updated with
   the newest history in between) gives its ``quantile`` path and ``scheduler.schedule.schedule``
   turns it into a timeline (at most ``max_reconfigurations_per_day`` counting the changes already
@@ -121,7 +121,8 @@ class Params:
     augury_utilization_target: float | None = None
     """augury's: None = ``scheduler.targets``' rule, a 0.9 ceiling under the latency SLO (the
     SLO sizes); ``augury/u0.7`` replays augury at the peers' 0.7 to show the ceiling's effect."""
-    quantile: float = 0.9
+    quantile: float = 0.5
+    """augury's forecast quantile (``scheduler.deciders.PreemptiveConfig``: chosen on ``TUNING_DAYS``)."""
     forecast_step_s: float = 900.0
     """Forecasting grid (the trace is averaged onto it when finer)."""
     replay_resample_s: float = 300.0
@@ -131,10 +132,12 @@ class Params:
     refit_s: float = 86400.0
     """augury re-fits the forecaster this often (trace s); re-plans in between condition the
     fitted forecaster on the newest history (``ForecastResult.update``: cheap)."""
-    reactive_trigger: float = 0.9
-    """augury also re-plans at once, with the measured load as the floor, when a settled window's
-    measured input exceeds this fraction of the capacity at the utilization target of the
-    configuration in force: the load is rising past the forecast (``schedule_eval``'s trigger)."""
+    band_quantile: float = 0.9
+    """augury re-plans at once, with the measured load as the floor, when the load over the last
+    forecasting step leaves the forecast's upper band (this quantile)."""
+    reactive_trigger: float = 1.0
+    """... or when a settled window's measured input exceeds this fraction of the capacity at the
+    utilization target of the configuration in force."""
     horizon_s: float = 30 * 3600.0
     lead_time_s: float = 600.0
     stabilization_s: float = 3600.0
@@ -154,7 +157,8 @@ def settings(params: Params):
         quantile=params.quantile, forecast_step_s=params.forecast_step_s, horizon_s=params.horizon_s,
         lead_time_s=params.lead_time_s, stabilization_s=params.stabilization_s,
         max_reconfigurations_per_day=params.max_reconfigurations_per_day, replan_s=params.replan_s,
-        refit_s=params.refit_s, reactive_trigger=params.reactive_trigger, restart_s=params.restart_s,
+        refit_s=params.refit_s, reactive_trigger=params.reactive_trigger, band_quantile=params.band_quantile,
+        restart_s=params.restart_s,
         violation_s_per_instance_hour=params.violation_s_per_instance_hour)
 
 
@@ -373,7 +377,7 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
             for trace in traces:
                 cases.append(Case(dag=dag, seed=seed, trace=trace, spec=specs[trace], days=days,
                                   learned_file=str(learned_file), repo=str(ctx.repo), traces_dir=str(ctx.traces_dir),
-                                  params=params, policies=POLICIES if dag == DAGS[0] else UNSKEWED_POLICIES,
+                                  params=params, policies=_policies(dag, dags),
                                   keep_timelines=seed == seeds[0]))
     rows, days_rows, timelines = [], [], {}
     for k, (case_rows, case_days, case_timelines) in enumerate(_map_cases(cases, params.workers), 1):
@@ -384,6 +388,14 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                      f"{case_rows[0]['trace']}: {len(case_rows)} policies x {days:g} day(s)")
     table = pd.DataFrame(rows)
     return _result(ctx, params, table, pd.DataFrame(days_rows), timelines, traces, seeds, days, calibration)
+
+
+def _policies(dag: str, dags: tuple[str, ...]) -> tuple[str, ...]:
+    """The policies replayed on ``dag``: ``ds2/uniform-keys`` only when the uniform-keys job is
+    not itself in the run (there, DS2 on that job is the same case)."""
+    if dag != DAGS[0]:
+        return UNSKEWED_POLICIES
+    return POLICIES if len(dags) == 1 else tuple(p for p in POLICIES if p not in UNIFORM_KEYS)
 
 
 def _map_cases(cases: list[Case], workers: int):

@@ -172,3 +172,22 @@ def test_preemptive_history_stays_on_a_coarser_given_grid():
     h = decider.history(clock(ctx.now_s + 300.0 * 40))
     steps = pd.Series(h.index).diff().dropna().unique()
     assert list(steps) == [pd.Timedelta(minutes=30)] and h.index[-1] == pd.Timestamp("2026-01-08 13:00")
+
+
+@pytest.mark.parametrize("band_quantile, replans", [(0.95, 1), (0.0, 0)])
+def test_preemptive_replans_when_the_load_leaves_the_forecast_band(band_quantile, replans):
+    # a flat history at 1,000/s (seasonal naive: the band is 1,000/s too); the job is offered
+    # 1,300/s, under the capacity in force at the target (2 x 1,000/s x 0.7 = 1,400/s): only the
+    # band says the forecast missed. One re-plan at once, then quiet; none without a band.
+    ev, ctx = setup(1300.0)
+    idx = pd.date_range(end="2026-01-08 10:00", periods=7 * 96, freq="15min")
+    history = pd.Series(1000.0, index=idx)
+    start = pd.Timestamp("2026-01-08 10:15")
+    clock = lambda s: start + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
+    decider = PreemptiveDecider(PreemptiveConfig(method="seasonal-naive", replan_s=1e9, band_quantile=band_quantile,
+                                                 quiet_s=1e9), read_history=lambda: history, clock=clock)
+    decisions, _ = _windows_through(decider, ev, ctx, 6, 300.0)
+    assert decider.reactive_replans_ == replans and len(decider.schedules_) == 1 + replans
+    if replans:
+        assert decider.band_at(clock(ctx.now_s)) == pytest.approx(1000.0)
+        assert any("left the forecast's 0.95 quantile band" in r for d in decisions for r in d.reasons)

@@ -24,14 +24,15 @@ def _copy_examples(tmp_path):
 
 def test_the_example_is_the_preemptive_experiments_augury_setup():
     """Every setting of the bundled config equals what the experiment gives augury for nyc_taxi
-    (experiment seed 0): the replay, the decider, the loop's targets and guard, the warm-up."""
+    (experiment seed 0, its --quick length: one day): the replay, the decider, the loop's
+    targets and guard, the warm-up."""
     from experiments.recording import LearnConfig, learn_model
     from experiments.suite import preemptive as pe
     import inspect
 
     spec = load_run_config(str(examples_dir() / EXAMPLE))
     params = pe.Params()
-    assert spec["trace"] == pe.trace_config("nyc_taxi", params, params.days, pe.replay_seed(0, "nyc_taxi"))
+    assert spec["trace"] == pe.trace_config("nyc_taxi", params, 1.0, pe.replay_seed(0, "nyc_taxi"))
     assert spec["decider"] == "preemptive" and spec["preemptive"][0] == pe.settings(params)
     expected = pe.loop_config(params)
     assert spec["loop"].targets == expected.targets and spec["loop"].guard == expected.guard
