@@ -180,6 +180,12 @@ def _headline_rows(r: RunRecord) -> list[tuple[str, str]]:
     return [(k, fmt(r.metrics.get(k))) for k in r.headline]
 
 
+def evidence_lines(name: str) -> list[str]:
+    from experiments.evidence import lines
+
+    return lines(name)
+
+
 def render(records: Mapping[str, RunRecord | None], figures_rel: str = "results") -> tuple[str, dict[str, bytes]]:
     """RESULTS.md text and the figure files it links (relative path -> bytes)."""
     files: dict[str, bytes] = {}
@@ -201,6 +207,12 @@ def render(records: Mapping[str, RunRecord | None], figures_rel: str = "results"
             continue
         if r.description:
             out.append(f"*{r.description}*")
+            out.append("")
+        evidence = evidence_lines(name)
+        if evidence:
+            out.append("What the evidence rests on (`experiments.evidence`):")
+            out.append("")
+            out.extend(evidence)
             out.append("")
         out.append(_run_line(r))
         out.append("")

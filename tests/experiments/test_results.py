@@ -129,3 +129,16 @@ def test_markdown_table_and_formatting():
     assert results.fmt("a|b") == "a\\|b"
     table = results.markdown_table(pd.DataFrame({"a": [1, 2], "b": ["x", None]}))
     assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | x |", "| 2 | — |"]
+
+
+def test_every_experiment_states_what_its_evidence_rests_on():
+    # RESULTS.md says, per experiment, the ground truth, what each policy is given, the sample
+    # and what could still bias it (issue 19, point 6): one statement per registered experiment
+    from experiments.evidence import ASPECTS, STATEMENTS, lines
+    from experiments.harness import experiment_names
+
+    assert set(STATEMENTS) == set(experiment_names("experiments.suite"))
+    for name, found in STATEMENTS.items():
+        assert set(found) == set(ASPECTS), name
+        assert len(lines(name)) == len(ASPECTS) and all(len(v) > 40 for v in found.values())
+    assert lines("no-such-experiment") == []

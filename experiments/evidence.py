@@ -1,0 +1,86 @@
+"""What each experiment's evidence rests on, stated once for ``docs/RESULTS.md``.
+
+For every experiment: what the ground truth is, what each policy or model is given, the sample
+sizes and intervals reported, and what could still bias the result. ``experiments.results``
+renders these under each experiment's heading; they describe the experiment's design (its module
+docstring has the details), the run's own figures and sample sizes are in its summary and tables.
+"""
+
+from __future__ import annotations
+
+ASPECTS = ("ground truth", "given", "sample", "could bias it")
+
+STATEMENTS: dict[str, dict[str, str]] = {
+    "accuracy": {
+        "ground truth": "the testbed simulator running each example's (and seeded random DAG's) true profile; "
+                        "measured max rate, throughput, mean and p99 latency at configurations calibration never saw.",
+        "given": "augury's model is calibrated from a testbed recording through ingest -> Spark -> calibrate (two "
+                 "configurations, three loads); Caladrius and DRS are fed the same calibrated profile; the "
+                 "`pred_true` column predicts with the true profile, separating the queueing approximation's error "
+                 "from calibration's.",
+        "sample": "configurations per example drawn at random (seeded) x loads 10-95 % of the measured max rate; "
+                  "`errors_by_band` gives medians with percentile-bootstrap 95 % CIs per load band (n per cell in "
+                  "the table).",
+        "could bias it": "the testbed and the model share assumptions (per-instance FIFO queues, fixed per-hop "
+                         "delay): agreement on the testbed is not agreement on an engine (flink-accuracy is); n per "
+                         "band is small (about 5), so the intervals are wide.",
+    },
+    "convergence": {
+        "ground truth": "the reference configuration: the fewest instances meeting the run's targets by exhaustive "
+                        "enumeration on the true model, confirmed on the testbed (never `scheduler.plan`).",
+        "given": "every policy gets 20 minutes of history at the old rate in advisor mode; augury learns its model "
+                 "once per DAG from a warm-up recording (no true model); the peers measure as they were published.",
+        "sample": "runs per policy = DAGs x steps x starts x seeds (in the run's summary); shares with bootstrap "
+                  "95 % CIs, over-provisioning as median, p10, p90, min and max.",
+        "could bias it": "the job shapes are the bundled examples and three random DAGs; the SLO is set from the "
+                         "truth so that it is attainable; seeds vary the testbed, not the learned model.",
+    },
+    "preemptive": {
+        "ground truth": "the testbed replaying real traces (WC98, NYC taxi, AMZN tweets, AWS ELB) time-compressed; "
+                        "a window violates the SLO when the sinks' p99 or the sources' backlog exceeds it, and a "
+                        "restart is charged restart + backlog drain in real time, the same for every policy and "
+                        "finite (a configuration below the load violates for as long as it is in force). The "
+                        "hindsight bound: every window at the fewest instances meeting the SLO and 0.7 for the load "
+                        "it saw, by exhaustive search on the true model.",
+        "given": "augury learns its model per job and seed from a warm-up recording and forecasts from the trace's "
+                 "history before the replay plus what it measures; its settings (forecast quantile, band) were "
+                 "chosen on held-out days (`TUNING_DAYS`), not on the replayed ones. The peers see the same "
+                 "windows; the oracle knows the trace.",
+        "sample": "per trace: days x seeds replayed days per policy (the `days` table); means per day with "
+                  "bootstrap 95 % CIs over those days (`by_trace`); issue 20's goals per job and trace (`goals`).",
+        "could bias it": "one job shape (WordCount, skewed and uniform keys); restarts cost a fixed 30 s (no state); "
+                         "time compression at 960x; only three days per trace, so day-to-day variation dominates "
+                         "the intervals.",
+    },
+    "forecast": {
+        "ground truth": "the real traces' own next values (rolling origin: the forecaster never sees what it is "
+                        "scored on).",
+        "given": "the auto forecaster and seasonal naive get the same history up to each origin.",
+        "sample": "origins and points per trace in the table; MASE, sMAPE and quantile coverage, no intervals.",
+        "could bias it": "four traces only; the 2-hour horizon is shorter than what a day-ahead schedule needs.",
+    },
+    "healing": {
+        "ground truth": "faults injected into the testbed at a known time, instance and key.",
+        "given": "augury's loop runs on the model learned from a warm-up recording; Dhalion as published "
+                 "(back-pressure detection, bottleneck scale-up; no slow-instance or skew diagnoser).",
+        "sample": "one run per fault and policy per seed (in the table).",
+        "could bias it": "two fault kinds, one job; recovery depends on how the testbed models an instance "
+                         "restart (a fresh host).",
+    },
+    "flink-accuracy": {
+        "ground truth": "a real Apache Flink cluster on this machine (loopback).",
+        "given": "the model is calibrated from the cluster's live metrics only.",
+        "sample": "configurations per measurement in the table; one run (a live cluster is not deterministic).",
+        "could bias it": "the job's operators sleep (no CPU contention): it does not test cores shared between "
+                         "instances (issue 23); other load on the machine shows up in the numbers.",
+    },
+}
+"""Experiment name -> aspect (``ASPECTS``) -> statement."""
+
+
+def lines(name: str) -> list[str]:
+    """The markdown list for ``name`` (empty when there is no statement)."""
+    found = STATEMENTS.get(name)
+    if not found:
+        return []
+    return [f"- **{aspect}**: {found[aspect]}" for aspect in ASPECTS if aspect in found]
