@@ -157,6 +157,28 @@ class Reference:
                 "escalated": self.escalated}
 
 
+def sizing_margin(truth: JobModel, rate: float, ceiling: float) -> float:
+    """The smallest relative change of the input rate, up or down, that changes how many instances
+    some operator needs for its hottest instance to stay at or below ``ceiling`` on the truth
+    (offered utilization, every other operator at its deployed parallelism): how far ``rate`` is
+    from a sizing boundary. A policy that sizes from measured rates or busy times cannot tell the
+    two sides of a boundary apart when this is below its measurement noise. ``inf`` when no
+    operator's size can change (every bound reached); operators that cannot meet the ceiling
+    within their bounds are left out."""
+    space = _Space(truth)
+    best = math.inf
+    for u in space.utilization(1.0):
+        ok = np.flatnonzero(u * rate <= ceiling + 1e-12)
+        if not len(ok):
+            continue
+        k = int(ok[0])
+        if u[k] > 0 and k + 1 < len(u):  # rate up until this parallelism is no longer enough
+            best = min(best, ceiling / (u[k] * rate) - 1.0)
+        if k > 0 and u[k - 1] > 0:  # rate down until one instance fewer is enough
+            best = min(best, 1.0 - ceiling / (u[k - 1] * rate))
+    return float(best)
+
+
 def fmt_config(config: Mapping[str, int]) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
 

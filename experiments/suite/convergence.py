@@ -239,6 +239,24 @@ def scale(truth, params: Params) -> tuple[float, float]:
     return rate, float(math.ceil(params.slo_factor * p99 * 10) / 10)
 
 
+def margins(truth, rate: float, params: Params) -> dict[str, float]:
+    """How close the new rate sits to a sizing boundary, next to how precisely one window measures
+    it (the ``dags`` table): ``sizing_margin`` at the utilization ceiling (the reference's and
+    augury's sizing) and ``ds2_sizing_margin`` at 100 % (DS2 sizes every operator to its true
+    processing rate), each the smallest relative rate change that changes some operator's
+    size (``experiments.reference.sizing_margin``); ``window_rate_noise`` the relative standard
+    deviation of the input counted in one window (Poisson: ``1 / sqrt(rate x window_s)``,
+    simulated seconds: the compressed window holds ``time_scale`` x fewer tuples than the policy
+    window it stands for, so its noise is ``sqrt(time_scale)`` x larger). Where a margin is below
+    about twice the noise, a policy that sizes from one window's rates cannot tell the two sides of
+    the boundary apart and may move between them."""
+    from experiments.reference import sizing_margin
+
+    return {"sizing_margin": sizing_margin(truth, rate, params.utilization_ceiling),
+            "ds2_sizing_margin": sizing_margin(truth, rate, 1.0),
+            "window_rate_noise": 1.0 / math.sqrt(rate * params.window_s)}
+
+
 @dataclass(frozen=True)
 class Case:
     step: str
@@ -672,6 +690,17 @@ def _summary_text(table: pd.DataFrame, summary: pd.DataFrame, dag_list: list[Dag
             f"{'reproduced' if s['share'] >= 0.95 else 'not reproduced'} at >= 95 %); it reached the reference "
             f"(ceiling {params.utilization_ceiling:g}, which DS2 does not aim for) within 3 steps in "
             f"{(d['reached'] & (d['steps'] <= 3)).mean():.0%}.")
+    if len(dag_table) and {"sizing_margin", "window_rate_noise"} <= set(dag_table.columns):
+        near = [f"{r.dag} ({r.sizing_margin:.1%} at the ceiling, {r.ds2_sizing_margin:.1%} at 100 %, noise "
+                f"{r.window_rate_noise:.1%})" for r in dag_table.itertuples()
+                if min(r.sizing_margin, r.ds2_sizing_margin) < 2 * r.window_rate_noise]
+        if near:
+            lines.append(
+                "- Knife edges: the new rate is within twice one window's rate noise of a sizing boundary (the "
+                "smallest rate change that changes some operator's size, at the ceiling or at 100 % for DS2) on "
+                + ", ".join(near) + ". There a policy sizing from one window's rates sees either side of the "
+                "boundary from window to window (the `dags` table; compressed windows hold "
+                f"{params.time_scale:g}x fewer tuples than the policy windows they stand for).")
     lines += [
         "",
         "**What could still bias this.** (1) The testbed runs the model file's own service-time distributions, "
@@ -728,7 +757,7 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
             dag_rows.append({"dag": dag.name, "kind": dag.kind, "source": dag.source, "skewed": dag.skewed,
                              "operators": len(dag.truth.operators), "new_rate": rate, "latency_slo_ms": slo,
                              "reference_instances": refs.get(_targets(rate, slo, params)).instances,
-                             "cases": len(cases)})
+                             "cases": len(cases), **margins(dag.truth, rate, params)})
         except Exception as err:  # noqa: BLE001 - one DAG failing is reported, not fatal to the rest
             skipped.append(f"{dag.name}: {type(err).__name__}: {err}")
             ctx.progress(f"  SKIPPED: {skipped[-1]}")

@@ -11,7 +11,8 @@ import pytest
 
 from experiments.randomdag import RandomDagSpec, random_model
 from experiments.reference import (ConfirmSettings, ReferenceError, References, RunTargets, _Space,
-                                   count_cheaper, find_reference, measure, oracle, utilization_only_config)
+                                   count_cheaper, find_reference, measure, oracle, sizing_margin,
+                                   utilization_only_config)
 from modeler.modelfile import parse_model
 from modeler.queueing import predict
 
@@ -106,3 +107,15 @@ def test_references_are_cached_and_infeasible_targets_say_why():
     with pytest.raises(ReferenceError, match="p99 SLO"):
         refs.get(RunTargets(rate=600.0, latency_slo_ms=0.5))
     assert math.isfinite(refs.get(t).measured.p99_ms)
+
+
+def test_sizing_margin_is_the_distance_to_the_nearest_sizing_boundary():
+    one = parse_model({"augury": 1, "job": "one", "operators": [
+        {"name": "src", "role": "source", "parallelism": 1},
+        {"name": "a", "service_time_ms": 1.0, "max_parallelism": 8}], "edges": [{"from": "src", "to": "a"}]})
+    # 1 ms per tuple: 1,990/s needs 1.99 instances at 100 %: 2, and 2,000/s is the boundary above
+    assert sizing_margin(one, 1990.0, 1.0) == pytest.approx(2000.0 / 1990.0 - 1.0)
+    # 2,010/s needs 3; 2,000/s is the boundary below, 0.5 % down
+    assert sizing_margin(one, 2010.0, 1.0) == pytest.approx(1.0 - 2000.0 / 2010.0)
+    # at a 0.7 ceiling 1,990/s needs 3 (2.84): 1,400/s and 2,100/s bound it, 2,100 is nearer
+    assert sizing_margin(one, 1990.0, 0.7) == pytest.approx(2100.0 / 1990.0 - 1.0)

@@ -203,6 +203,9 @@ def test_augury_learns_once_per_dag_and_every_run_gets_that_model(tmp_path, monk
     assert all(r[5] is None for r in runs if r[4] != "augury")  # the peers get no model
     assert (tmp_path / "learn-random-1" / "learned_model.yaml").is_file()
     assert result.tables["dags"]["augury_learning"].tolist() == ["warm-up"]
+    dags = result.tables["dags"].iloc[0]
+    assert 0 < dags["sizing_margin"] < 1 and 0 < dags["ds2_sizing_margin"] < 1
+    assert dags["window_rate_noise"] == pytest.approx((dags["new_rate"] * conv.Params().window_s) ** -0.5)
 
 
 @pytest.mark.slow
