@@ -18,9 +18,10 @@ window_s (``resolve_window`` checks).
     (``arrival_basis`` says which: ``external`` / ``edges`` / ``processed``);
   - ``busy_fraction_mean`` / ``_max``: over instances of busy_ms / (1000 x busy_covered_s);
   - ``service_time_ms`` = sum busy_ms / processed tuples (DS2's useful time per tuple), both
-    summed over the instances that report both in the window: an instance whose busy_ms (or
-    processed count) is missing, e.g. quarantined, is left out of both sums instead of biasing
-    the ratio (null when no instance reports both);
+    summed over the same data: the instances' native windows (raw rows' ``ts``) that report both.
+    An instance whose busy_ms (or processed count) is missing for the window, or for one of the
+    native windows inside it (e.g. quarantined), contributes neither for that span instead of
+    biasing the ratio (null when nothing reports both);
   - ``backpressure_fraction``: mean over instances of backpressured_ms / (1000 x bp_covered_s);
   - ``queue_len_mean``: mean over instances; ``max_instance_share`` = hottest instance's
     processed tuples / the operator's; ``latency_ms_*``: mean over instances (sinks report them).
@@ -146,30 +147,66 @@ def operator_names(raw: DataFrame) -> DataFrame:
 
 
 def _instance_aggregates(raw: DataFrame, window_s: float) -> DataFrame:
-    """``instance_windows`` keyed on (window_start, ``_op`` = ``operator_key``, instance)."""
+    """``instance_windows`` keyed on (window_start, ``_op`` = ``operator_key``, instance).
+
+    Two steps: per (instance, raw row timestamp ``ts``: one native window of the engine's), then
+    per output window. The native step is what lets the service time pair busy_ms with the
+    processed count *within* an output window: ``_busy_in`` / ``_in_paired`` (and ``_busy_out`` /
+    ``_out_paired``, for sources counting their output) sum them over the native windows in
+    which the instance reports both, so one native window's busy_ms quarantined while its
+    records_in is kept drops that window's tuples too instead of lowering the ratio (an output
+    window of six 10 s windows with one busy_ms row missing read 5.0 ms as 4.17 ms). Counts and
+    times are sums either way; gauges are means over the raw rows (sum / count)."""
     m, v = F.col("metric"), F.col("value")
-
-    def total(name: str):
-        return F.sum(F.when(m == name, v)).alias(name)
-
-    def mean(name: str):
-        return F.avg(F.when(m == name, v)).alias(name)
-
     out = F.col("target")
-    return (
+
+    def total(name: str, alias: str | None = None):
+        return F.sum(F.when(m == name, v)).alias(alias or name)
+
+    def count(name: str):
+        return F.count(F.when(m == name, v)).alias(f"_n_{name}")
+
+    gauges = ("queue_len", *LATENCIES)
+    native = (
         with_window_start(raw, window_s)
-        .groupBy("window_start", operator_key().alias("_op"), "instance")
+        .groupBy("window_start", operator_key().alias("_op"), "instance", "ts")
         .agg(
             total("records_in"),
-            F.coalesce(F.sum(F.when((m == "records_out") & out.isNull(), v)),
-                       F.sum(F.when((m == "records_out") & out.isNotNull(), v))).alias("records_out"),
+            F.sum(F.when((m == "records_out") & out.isNull(), v)).alias("_out_plain"),
+            F.sum(F.when((m == "records_out") & out.isNotNull(), v)).alias("_out_edges"),
             total("busy_ms"), total("backpressured_ms"), total("idle_ms"),
             F.sum(F.when(m == "busy_ms", F.col("window_s"))).alias("busy_covered_s"),
             F.sum(F.when(m == "backpressured_ms", F.col("window_s"))).alias("bp_covered_s"),
-            mean("queue_len"),
-            F.max_by(F.when(m == "source_lag", v), F.when(m == "source_lag", F.col("ts"))).alias("source_lag"),
-            *[mean(name) for name in LATENCIES],
+            *[total(name, f"_sum_{name}") for name in gauges], *[count(name) for name in gauges],
+            F.max(F.when(m == "source_lag", v)).alias("source_lag"),
             F.max(F.when(m == "parallelism", v)).alias("parallelism"),
+        )
+    )
+    busy, rin = F.col("busy_ms"), F.col("records_in")
+    rout = F.coalesce(F.col("_out_plain"), F.col("_out_edges"))
+    both_in = busy.isNotNull() & rin.isNotNull()
+    both_out = busy.isNotNull() & rout.isNotNull()
+    mean = lambda name: _safe_div(F.sum(f"_sum_{name}"), F.sum(f"_n_{name}")).alias(name)  # noqa: E731
+    # Partitioned by (window_start, _op): this aggregation and the per-operator one after it
+    # (``_operator_stats``) then need no shuffle of their own (a hash partitioning on a subset of
+    # the grouping keys satisfies both), so the two steps cost one exchange more than one step
+    # would only where the raw rows' exchange was: on the (small) native aggregate.
+    return (
+        native.repartition("window_start", "_op").groupBy("window_start", "_op", "instance")
+        .agg(
+            F.sum("records_in").alias("records_in"),
+            F.coalesce(F.sum("_out_plain"), F.sum("_out_edges")).alias("records_out"),
+            F.sum("busy_ms").alias("busy_ms"), F.sum("backpressured_ms").alias("backpressured_ms"),
+            F.sum("idle_ms").alias("idle_ms"),
+            F.sum("busy_covered_s").alias("busy_covered_s"), F.sum("bp_covered_s").alias("bp_covered_s"),
+            mean("queue_len"),
+            F.max_by(F.col("source_lag"), F.when(F.col("source_lag").isNotNull(), F.col("ts"))).alias("source_lag"),
+            *[mean(name) for name in LATENCIES],
+            F.max("parallelism").alias("parallelism"),
+            F.sum(F.when(both_in, busy)).alias("_busy_in"),
+            F.sum(F.when(both_in, rin)).alias("_in_paired"),
+            F.sum(F.when(both_out, busy)).alias("_busy_out"),
+            F.sum(F.when(both_out, rout)).alias("_out_paired"),
         )
         .withColumn("window_s", F.lit(float(window_s)))
     )
@@ -180,7 +217,7 @@ def instance_windows(raw: DataFrame, window_s: float) -> DataFrame:
     iw = _instance_aggregates(raw, window_s)
     return (iw.join(F.broadcast(operator_names(raw).drop("_lag")), ["_op"])
             .select("window_start", "job", "operator", *[c for c in iw.columns
-                                                          if c not in ("window_start", "_op")]))
+                                                          if c != "window_start" and not c.startswith("_")]))
 
 
 def edge_tuples(raw: DataFrame, window_s: float) -> DataFrame:
@@ -199,16 +236,11 @@ def _safe_div(num, den):
 
 
 def _paired_sums():
-    """Sums over the instances that report busy_ms together with records_in (``_busy_in``,
-    ``_in_paired``) or with records_out (``_busy_out``, ``_out_paired``: sources that count
-    their output): the service time's numerator and denominator over the same instances."""
-    busy = F.col("busy_ms")
-    both_in = busy.isNotNull() & F.col("records_in").isNotNull()
-    both_out = busy.isNotNull() & F.col("records_out").isNotNull()
-    return (F.sum(F.when(both_in, busy)).alias("_busy_in"),
-            F.sum(F.when(both_in, F.col("records_in"))).alias("_in_paired"),
-            F.sum(F.when(both_out, busy)).alias("_busy_out"),
-            F.sum(F.when(both_out, F.col("records_out"))).alias("_out_paired"))
+    """The service time's numerator and denominator over the same data: busy_ms and records_in
+    (``_busy_in``, ``_in_paired``) or records_out (``_busy_out``, ``_out_paired``: sources that
+    count their output) summed over the instances' native windows that report both
+    (``_instance_aggregates``)."""
+    return tuple(F.sum(name).alias(name) for name in ("_busy_in", "_in_paired", "_busy_out", "_out_paired"))
 
 
 def _operator_stats(iw: DataFrame, flags: DataFrame, window_s: float) -> DataFrame:

@@ -174,3 +174,29 @@ def test_service_time_uses_only_instances_reporting_busy_and_processed(spark):
     ow = summarize(raw_frame(spark, rows), 10.0).operator_windows
     expect(spark, ow, ["operator", "processed_rate", "service_time_ms"],
            [("a", 400.0, 5.0), ("b", 100.0, 2.0), ("c", 100.0, None)])
+
+
+def test_service_time_pairs_busy_and_processed_within_the_window(spark):
+    """Issue 22, within a window: summarized over 60 s, six 10 s raw windows per instance; one
+    10 s busy_ms row of instance 1 quarantined while its records_in is kept. Paired per raw window,
+    the operator's service time stays 5.0 ms (total busy / total tuples read 55 s / 12,000 =
+    4.58 ms), and the source counting its output likewise (its records_out kept, busy_ms lost)."""
+    starts = [T0 + timedelta(seconds=10 * k) for k in range(6)]
+    rows = []
+    for i in range(2):
+        for k, ts in enumerate(starts):
+            rows.append((ts, "a", i, "records_in", 1000))
+            if not (i == 1 and k == 3):
+                rows.append((ts, "a", i, "busy_ms", 5000))
+            rows.append((ts, "src", i, "records_out", 500, "a"))
+            if not (i == 0 and k == 5):
+                rows.append((ts, "src", i, "busy_ms", 1000))
+    ow = summarize(raw_frame(spark, rows), 60.0).operator_windows
+    expect(spark, ow, ["operator", "processed_rate", "busy_fraction_mean", "service_time_ms"],
+           [("a", 200.0, (30.0 / 60.0 + 25.0 / 50.0) / 2, 5.0),
+            ("src", 100.0, 0.1, 2.0)])
+    # the per-instance table keeps the whole window's counts (nothing dropped from the rates)
+    iw = instance_windows(raw_frame(spark, rows), 60.0).where("operator = 'a'")
+    expect(spark, iw, ["instance", "records_in", "busy_ms", "busy_covered_s"],
+           [(0, 6000.0, 30000.0, 60.0), (1, 6000.0, 25000.0, 50.0)])
+    assert not [c for c in iw.columns if c.startswith("_")]
