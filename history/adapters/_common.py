@@ -57,10 +57,45 @@ class AdapterResult:
     """Engine metric name -> how many samples were read but not mapped (JVM, checkpoints...)."""
 
 
+_INT64 = (-(2**63), 2**63)
+
+
+def as_read(value: Any) -> Any:
+    """A field as read, safe for a candidate frame: an integer outside 64 bits (JSON holds any:
+    ``10**400``) becomes its text, which validation rejects with the row's reason
+    (``non_numeric_value``, ``bad_instance``, ``bad_name``...), instead of failing the frame."""
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64[0] <= value < _INT64[1]:
+        try:
+            return str(value)
+        except ValueError:  # beyond Python's int -> str digit limit
+            return f"<an integer of {value.bit_length()} bits>"
+    return value
+
+
 def candidates(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """A candidate frame from dicts (missing keys become None)."""
+    """A candidate frame from dicts (missing keys become None; fields through ``as_read``)."""
+    records = [{k: as_read(v) for k, v in r.items()} for r in records]
     frame = pd.DataFrame.from_records(records, columns=list(CANDIDATE_COLUMNS))
     return frame.astype(object).where(frame.notna(), None) if len(frame) else frame.astype(object)
+
+
+def load_json(path, file: str) -> Any:
+    """The JSON document in ``path``; ``AdapterError`` naming the file when it is not JSON (also:
+    not UTF-8, an integer beyond Python's digit limit, nesting too deep to parse)."""
+    import json
+
+    from history.errors import AdapterError
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise AdapterError(f"not UTF-8 text ({err.reason})", file=file) from None
+    except json.JSONDecodeError as err:
+        raise AdapterError(f"not a JSON file ({err})", file=file) from None
+    except ValueError as err:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
+        raise AdapterError(f"not a usable JSON file ({str(err).split(':')[0][:120]})", file=file) from None
+    except RecursionError:
+        raise AdapterError("not a usable JSON file (nested too deeply)", file=file) from None
 
 
 def single_target(options: AdapterOptions, operator: str) -> str | None:

@@ -21,13 +21,12 @@ exactly one, records_out is attributed to that edge, otherwise it is the vertex'
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from history.adapters._common import AdapterOptions, AdapterResult, candidates
+from history.adapters._common import AdapterOptions, AdapterResult, candidates, load_json
 from history.errors import AdapterError
 
 RATE_METRICS = {
@@ -49,10 +48,7 @@ def _level_metric(metric_id: str) -> str | None:
 def read_flink_rest(path: Path, options: AdapterOptions = AdapterOptions()) -> AdapterResult:
     path = Path(path)
     file = str(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise AdapterError(f"not a JSON file ({err})", file=file) from None
+    doc = load_json(path, file)
     if isinstance(doc, list):
         raise AdapterError("a bare Flink response has no time, vertex or subtask; wrap it in a "
                            "capture {\"captures\": [{\"ts\", \"vertex\", \"subtask\", \"response\"}]}",
@@ -113,7 +109,7 @@ def _scaled(raw: Any, window_s: Any) -> Any:
     try:
         rate = float(raw)
         window = float(window_s)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond float
         return raw
     if not math.isfinite(rate) or isinstance(raw, bool):
         return raw

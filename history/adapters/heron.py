@@ -23,14 +23,13 @@ The Tracker does not name the topology in the response: ``--job`` is required.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from history.adapters._common import AdapterOptions, AdapterResult, candidates, single_target
+from history.adapters._common import AdapterOptions, AdapterResult, candidates, load_json, single_target
 from history.errors import AdapterError
 
 _INSTANCE = re.compile(r"^container_(\d+)_(.+)_(\d+)$")
@@ -42,17 +41,14 @@ BACK_PRESSURE = "__time_spent_back_pressure_by_compid/"
 def _num(raw: Any) -> float | None:
     try:
         return float(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
 def read_heron_tracker(path: Path, options: AdapterOptions = AdapterOptions()) -> AdapterResult:
     path = Path(path)
     file = str(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise AdapterError(f"not a JSON file ({err})", file=file) from None
+    doc = load_json(path, file)
     responses = doc if isinstance(doc, list) else [doc]
     if not options.job:
         raise AdapterError("Heron Tracker responses do not name the topology; pass --job",
@@ -108,9 +104,7 @@ def read_heron_tracker(path: Path, options: AdapterOptions = AdapterOptions()) -
                 for minute, raw in _series(series, file, metric_name):
                     cells[(match.group(2), int(match.group(3)), minute)][kind][shape][stream] = raw
     for (component, task, minute), families in sorted(cells.items()):
-        start = _num(minute)
-        ts: Any = (datetime.fromtimestamp(start, tz=timezone.utc).isoformat()
-                   if start is not None else minute)
+        ts: Any = _minute_start(minute)
         base = {"ts": ts, "window_s": window_s, "job": options.job, "operator": component,
                 "instance": task, "file": file, "line": None}
 
@@ -148,6 +142,16 @@ def read_heron_tracker(path: Path, options: AdapterOptions = AdapterOptions()) -
                 busy_ns += mean_ns * count
             records.append({**base, "metric": "busy_ms", "value": bad if bad is not None else busy_ns / 1e6})
     return AdapterResult(candidates(records), dict(ignored))
+
+
+def _minute_start(minute: Any) -> Any:
+    """The minute's start (ISO 8601) from the Tracker's epoch-seconds key; the key as read when it
+    is no representable time (validation quarantines the rows: ``bad_timestamp``)."""
+    start = _num(minute)
+    try:
+        return datetime.fromtimestamp(start, tz=timezone.utc).isoformat()
+    except (TypeError, OverflowError, OSError, ValueError):
+        return minute
 
 
 def _series(series: Any, file: str, metric: str):

@@ -86,6 +86,10 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             records.append({"line": number, "reason": "malformed_row",
                             "detail": f"not JSON ({err.msg}): {line[:80]}"})
             continue
+        except (ValueError, RecursionError) as err:  # a 5,000-digit integer; nesting too deep
+            records.append({"line": number, "reason": "malformed_row",
+                            "detail": f"not usable JSON ({type(err).__name__}): {line[:80]}"})
+            continue
         if not isinstance(obj, dict):
             records.append({"line": number, "reason": "malformed_row",
                             "detail": f"not a JSON object: {line[:80]}"})

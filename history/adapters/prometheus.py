@@ -57,6 +57,17 @@ def parse_labels(text: str | None) -> dict[str, str] | None:
     return labels
 
 
+def _window_start(stamp: str, window_s: float) -> str:
+    """The start (ISO 8601) of the window that ends at the sample's ``stamp`` (ms since epoch);
+    the stamp as read when it is no representable time (a 23-digit number, year -1199):
+    validation quarantines that sample (``bad_timestamp``), the others are kept."""
+    try:
+        start_s = math.floor(int(stamp) / 1000.0 / window_s) * window_s - window_s
+        return datetime.fromtimestamp(start_s, tz=timezone.utc).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return stamp
+
+
 def read_prometheus(path: Path, options: AdapterOptions = AdapterOptions()) -> AdapterResult:
     path = Path(path)
     file = str(path)
@@ -88,9 +99,7 @@ def read_prometheus(path: Path, options: AdapterOptions = AdapterOptions()) -> A
             ignored[name] += 1
             continue
         if stamp is not None:
-            end_s = int(stamp) / 1000.0
-            ts: Any = datetime.fromtimestamp(math.floor(end_s / window_s) * window_s - window_s,
-                                             tz=timezone.utc).isoformat()
+            ts: Any = _window_start(stamp, window_s)
         elif options.ts is not None:
             ts = options.ts
         else:
