@@ -19,14 +19,15 @@ What is fitted, and the rules:
   back pressure, so clumped or smoothed arrivals are not blamed on the service. A queue gauge
   that counts tuples still on the wire (the testbed's) adds a per-tuple in-flight time to every
   operator's measured wait: it is fitted jointly with the SCVs (0 when the gauge counts arrived
-  tuples only, as Flink's does), not blamed on the service. Without such windows, 1.0
-  (exponential) is assumed and reported as such.
+  tuples only, as Flink's does), not blamed on the service. Only windows in which the whole job
+  ran in steady state count (no operator back-pressured or saturated: the measured waits are
+  then the model's). Without such windows, 1.0 (exponential) is assumed and reported as such.
 * **Selectivity** per edge = tuples on the edge / tuples processed upstream, over all windows.
 * **Key skew**: the hottest instance's share of a key-grouped operator's input, averaged per
   parallelism, is matched by a Zipf key distribution (exponent, key count) through Flink's
   key-group mapping, so the share at *unseen* parallelisms follows from the mapping.
 * **Per-hop delay** when end-to-end latency was measured: the median excess of measured over
-  predicted (delay-free) latency per hop, in windows below 80 % utilization.
+  predicted (delay-free) latency per hop, in steady-state windows below 80 % utilization.
 
 Diagnostics per parameter: samples, spread (IQR / median), out-of-sample error (K-fold median
 relative error), trust in [0, 1] = exp(-error / 0.1) * min(1, samples / 10); the overall trust is
@@ -348,6 +349,24 @@ def _window_inputs(model: JobModel, ops: pd.DataFrame, windows=None):
     return windows, compiled, P, src.loc[windows].to_numpy(float) if len(windows) else np.zeros(0)
 
 
+def _steady_windows(ops: pd.DataFrame, cfg: CalibrationConfig) -> set:
+    """Windows in which the whole job ran in steady state: no operator (sources included) back-
+    pressured more than ``max_backpressure_fraction`` and none busier on average than the top
+    of ``scv_utilization_range``. The queue and latency fits compare measurements with the
+    model's steady-state waits; in a window where some operator saturates, queues somewhere
+    grow without bound (the sources held back, or their backlog growing) and the flows
+    downstream are throttled or arrive in bursts, and after a rescale of a saturated job the
+    backlog queued inside drains through every operator: the waits measured in such windows
+    are not the model's, and fitting them inflates the SCVs of operators that look healthy
+    themselves (a live recalibration after a load step fitted SCV 7.5 for 1.6 from the
+    saturated and draining windows, then planned for a p99 it had made up)."""
+    busy = ops["busy_fraction_mean"].fillna(0.0).to_numpy(float)
+    bp = (ops["backpressure_fraction"].fillna(0.0).to_numpy(float) if "backpressure_fraction" in ops
+          else np.zeros(len(ops)))
+    bad = (busy > cfg.scv_utilization_range[1]) | (bp > cfg.max_backpressure_fraction)
+    return set(ops["window_start"]) - set(ops.loc[bad, "window_start"])
+
+
 def _fit_scv_through_model(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig
                            ) -> tuple[dict[str, ParameterFit], float | None]:
     """Service SCV per operator: the value for which the model reproduces the measured queues;
@@ -379,7 +398,7 @@ def _fit_scv_through_model(model: JobModel, ops: pd.DataFrame, cfg: CalibrationC
     bp = ops["backpressure_fraction"].fillna(0.0) if "backpressure_fraction" in ops else 0.0
     usable = ops[(ops["busy_fraction_mean"] >= lo) & (ops["busy_fraction_mean"] <= hi)
                  & np.isfinite(ops["queue_len_mean"].to_numpy(float)) & (bp <= cfg.max_backpressure_fraction)
-                 & (ops["processed_rate"] > 0)]
+                 & (ops["processed_rate"] > 0) & ops["window_start"].isin(_steady_windows(ops, cfg))]
     per_op = []  # (name, windows, measured [W], predicted waits [grid, W])
     for name, rows in usable.groupby("operator"):
         spec = model.operator(str(name))
@@ -512,7 +531,7 @@ def _fit_network_delay(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfi
 
     if "latency_ms_mean" not in ops.columns:
         return None
-    lat = ops[np.isfinite(ops["latency_ms_mean"].to_numpy(float))]
+    lat = ops[np.isfinite(ops["latency_ms_mean"].to_numpy(float)) & ops["window_start"].isin(_steady_windows(ops, cfg))]
     if lat.empty:
         return None
     sinks = {e.target for e in model.edges} - {e.source for e in model.edges}

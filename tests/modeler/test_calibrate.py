@@ -164,6 +164,29 @@ def test_scv_is_not_blamed_for_tuples_on_the_wire(in_flight_ms):
     assert cal.queue_in_flight_ms_ == pytest.approx(in_flight_ms, abs=0.01)
     assert cal.model_.calibration["queue_in_flight_ms"] == cal.queue_in_flight_ms_
 
+def test_scv_ignores_windows_in_which_the_job_was_not_in_steady_state():
+    # 3 steady windows of an M/G/1 with SCV 0.5, then 4 in which the job was saturated elsewhere
+    # (b busy 100 %, or the source back-pressured): a looks healthy itself (busy 0.6-0.7, no back
+    # pressure) but its measured queue holds bursts the steady-state model does not describe (10x).
+    scv = 0.5
+    rows = []
+    for rho in (0.4, 0.5, 0.6, 0.6, 0.7, 0.6, 0.7):
+        lq = rho**2 * (1 + scv) / (2 * (1 - rho))
+        rows.append({"parallelism": 1, "processed_rate": rho * 1000, "busy_fraction_mean": rho,
+                     "service_time_ms": 1.0, "queue_len_mean": lq * (10.0 if len(rows) >= 3 else 1.0)})
+    ops, edges = _chain_history(rows)
+    for i, row in enumerate(rows):
+        rate = row["processed_rate"]
+        ops.loc[(ops["operator"] == "src") & (ops.index == i), "processed_rate"] = rate
+        edges.loc[(edges["source_op"] == "src") & (edges.index == 2 * i), "rate"] = rate
+        edges.loc[(edges["source_op"] == "a") & (edges.index == 2 * i + 1), "rate"] = 2 * rate
+    starts = sorted(set(ops["window_start"]))
+    ops.loc[(ops["operator"] == "b") & ops["window_start"].isin(starts[3:5]), "busy_fraction_mean"] = 1.0
+    ops.loc[(ops["operator"] == "src") & ops["window_start"].isin(starts[5:]), "backpressure_fraction"] = 1.0
+    fit = Calibrator().fit(ops, edges).operators_["a"].service_scv
+    assert fit.value == pytest.approx(scv) and fit.samples == 3
+
+
 def test_key_distribution_is_recovered_through_key_groups():
     truth = KeySpec(distribution="zipf", exponent=1.0, count=1000)
     g = key_group_weights(truth, 128)
