@@ -29,7 +29,8 @@ beside them, so the headline can be recomputed from the raw rows without mlflow.
 
 **Progress.** ``ctx.progress(message)`` says what a run is doing (one line on stderr from the
 command line); a loop over a known number of units (runs, cases, backtests) goes through
-``with ctx.steps(total, "what") as steps: ... steps.advance("unit")``: a ``tqdm`` progress bar on
+``with ctx.steps(total, "what") as steps: ... steps.advance("unit")`` (or ``steps.done("unit")``
+when a unit is known only once it has finished): a ``tqdm`` progress bar on
 stderr (count, rate, time left; the unit after it) when ``ctx.bars`` is on, which
 ``run_experiment`` sets when stderr is a terminal; otherwise one plain ``[k/N] unit`` line per
 unit through ``ctx.progress``, so CI logs and files stay readable (no carriage returns).
@@ -64,15 +65,17 @@ class ExperimentError(AuguryError):
 
 class Steps:
     """Progress over ``total`` units of work (``ExperimentContext.steps``). ``advance(unit)`` says
-    the next unit starts: with a bar, the previous one is counted done and ``unit`` shown after
-    the bar; without one, ``[k/total] unit`` goes to ``progress``. Leaving the ``with`` block
-    counts the last unit done and closes the bar."""
+    the next unit starts (the one before it is then counted done); ``done(unit)`` says a unit
+    finished, for loops that learn of a unit when it ends (work handed to a pool). With a bar,
+    ``unit`` is shown after it; without one, ``[k/total] unit`` goes to ``progress``. Leaving the
+    ``with`` block (or ``close()``) counts a started unit done and closes the bar."""
 
     def __init__(self, total: int, what: str, progress: Callable[[str], None], bar: bool) -> None:
         self.total = int(total)
         self.what = what
         self.progress = progress
         self.started = 0
+        self._open = False
         self._bar = None
         if bar:
             from tqdm import tqdm
@@ -80,20 +83,32 @@ class Steps:
             self._bar = tqdm(total=self.total, desc=what, unit="", file=sys.stderr, dynamic_ncols=True,
                              leave=True, mininterval=0.5)
 
-    def advance(self, unit: str) -> None:
-        if self._bar is None:
-            self.started += 1
-            self.progress(f"[{self.started}/{self.total}] {unit}")
-            return
-        if self.started:
+    def _finish_open(self) -> None:
+        if self._open and self._bar is not None:
             self._bar.update(1)
+        self._open = False
+
+    def advance(self, unit: str) -> None:
+        self._finish_open()
         self.started += 1
-        self._bar.set_postfix_str(unit, refresh=True)
+        self._open = True
+        if self._bar is None:
+            self.progress(f"[{self.started}/{self.total}] {unit}")
+        else:
+            self._bar.set_postfix_str(unit, refresh=True)
+
+    def done(self, unit: str) -> None:
+        self._open = False
+        self.started += 1
+        if self._bar is None:
+            self.progress(f"[{self.started}/{self.total}] {unit}")
+        else:
+            self._bar.set_postfix_str(unit, refresh=False)
+            self._bar.update(1)
 
     def close(self) -> None:
+        self._finish_open()
         if self._bar is not None:
-            if self.started:
-                self._bar.update(1)
             self._bar.close()
             self._bar = None
 

@@ -382,8 +382,9 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     spark = spark_session(master=ctx.spark_master, app_name="augury-accuracy")
     point_rows, calib_rows = [], []
     jobs = truths(ctx, plan)
+    steps = ctx.steps(len(jobs), "accuracy jobs")
     for k, (example, truth) in enumerate(jobs):
-        ctx.progress(f"accuracy: {example}: recording and calibrating")
+        steps.advance(f"accuracy: {example}: recording and calibrating")
         try:
             fitted, rows = calibrate_example(truth, plan, ctx.workdir, spark, seed=ctx.seed * 1000 + 100 * k + 1,
                                              label=example)
@@ -412,6 +413,7 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                                        **{f"pred_{m}": pred[m][key] for m in MODELS},
                                        "pred_true": pred["true"][key],
                                        "sink_tuples": got["sink_tuples"]})
+    steps.close()
     points = pd.DataFrame(point_rows)
     errors = error_table(points)
     metrics: dict[str, float] = {}

@@ -193,6 +193,19 @@ def test_steps_are_plain_lines_without_bars(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_steps_done_counts_finished_units(capsys):
+    said = []
+    with harness.ExperimentContext(progress=said.append).steps(2, "replays") as steps:
+        steps.done("x")
+        steps.done("y")
+    assert said == ["[1/2] x", "[2/2] y"]
+    with harness.ExperimentContext(bars=True).steps(2, "replays") as steps:
+        steps.done("x")
+        steps.done("y")
+    err = capsys.readouterr().err
+    assert "2/2" in err and "3/2" not in err  # nothing counted twice on close
+
+
 def test_steps_draw_one_bar_on_stderr_with_bars(capsys):
     said = []
     ctx = harness.ExperimentContext(progress=said.append, bars=True)
