@@ -380,12 +380,14 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                                   params=params, policies=_policies(dag, dags),
                                   keep_timelines=seed == seeds[0]))
     rows, days_rows, timelines = [], [], {}
+    steps = ctx.steps(len(cases), "preemptive replays")
     for k, (case_rows, case_days, case_timelines) in enumerate(_map_cases(cases, params.workers), 1):
         rows += case_rows
         days_rows += case_days
         timelines.update(case_timelines)
-        ctx.progress(f"[{k}/{len(cases)}] replayed {case_rows[0]['dag']}, seed {case_rows[0]['seed']}, "
-                     f"{case_rows[0]['trace']}: {len(case_rows)} policies x {days:g} day(s)")
+        steps.done(f"replayed {case_rows[0]['dag']}, seed {case_rows[0]['seed']}, "
+                   f"{case_rows[0]['trace']}: {len(case_rows)} policies x {days:g} day(s)")
+    steps.close()
     table = pd.DataFrame(rows)
     return _result(ctx, params, table, pd.DataFrame(days_rows), timelines, traces, seeds, days, calibration)
 
