@@ -4,7 +4,8 @@
    several loads; its metrics go through ``augury ingest`` and the Spark pipeline.
 2. **Calibrate** a model from that history (``modeler.calibrate``) and compare it with the truth.
 3. **Forecast** the job's input rate for the next day from three weeks of the real NYC-taxi trace
-   (scaled onto the job's capacity) at the 0.9 quantile (``modeler.forecast``).
+   (scaled onto the job's capacity): the median, and the 0.9 quantile as the upper band
+   (``modeler.forecast``).
 4. **Plan pre-emptively** with ``scheduler.schedule`` (the same code as ``augury schedule``):
    each configuration is ``scheduler.plan`` for its segment's peak, in place ``lead time`` before
    the forecast needs it, scaled down only after the forecast stayed low for the stabilization
@@ -13,8 +14,8 @@
    (the product's control loop, ``scheduler.loop.ControlLoop`` with the pre-emptive decider,
    ``scheduler.deciders.PreemptiveDecider``, on the model calibrated in step 2: the same code as
    ``augury run`` and the ``preemptive`` experiment; the schedule of step 4 re-planned every 2 h
-   from the forecaster updated with the load measured so far, at once when the measured load runs
-   past the capacity in force, with the model decider as the floor; the reactive policy while the
+   from the forecaster updated with the load measured so far, at once when the measured load
+   leaves the forecast's upper band, with the model decider as the floor; the reactive policy while the
    model is on probation), the Flink-autoscaler
    rules (reactive, DS2-based, with their defaults scaled by the compression) and static peak
    provisioning; report SLO-violation minutes, instance-hours and reconfigurations.
@@ -58,7 +59,10 @@ class DemoConfig:
     """Replay metrics window, simulated seconds."""
     restart_s: float = 30.0
     """Engine restart time per reconfiguration, trace seconds."""
-    quantile: float = 0.9
+    quantile: float = 0.5
+    """Forecast quantile augury plans for (``scheduler.deciders.PreemptiveConfig``'s default)."""
+    band_quantile: float = 0.9
+    """The forecast's upper band: augury re-plans at once when the load leaves it."""
     lead_time_s: float = 600.0
     """Reconfigurations are issued this long (trace s) before the forecast load needs them."""
     stabilization_s: float = 3600.0
@@ -160,8 +164,9 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     history = rates[(rates.index >= pd.Timestamp(cfg.history_start)) & (rates.index < day0)]
     result = Forecaster(method="auto").fit(history)
     steps = int(round(86400 / step_s))
-    fc = result.forecast(steps, quantiles=(cfg.quantile,))
+    fc = result.forecast(steps, quantiles=tuple(dict.fromkeys((cfg.quantile, cfg.band_quantile))))
     forecast = pd.Series(np.asarray(fc.quantiles[cfg.quantile], float), index=pd.DatetimeIndex(fc.timestamps))
+    band = pd.Series(np.asarray(fc.quantiles[cfg.band_quantile], float), index=pd.DatetimeIndex(fc.timestamps))
     targets = Targets(latency_slo_ms=cfg.latency_slo_ms)
     plan_cfg = PlanConfig(targets)
     timeline = make_schedule(model, forecast, float(history.iloc[-1]), ScheduleConfig(
@@ -179,7 +184,7 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     # the daily budget holds for every change the loop makes (the guard), not only the schedule's
     loop_cfg = LoopConfig(targets=targets, guard=GuardRails(max_reconfigurations_per_day=cfg.max_reconfigurations_per_day))
     augury = LoopController(model, loop_cfg, name="augury", decider=preemptive_decider(
-        PreemptiveConfig(quantile=cfg.quantile, forecast_step_s=step_s, horizon_s=86400.0 + 6 * 3600.0,
+        PreemptiveConfig(quantile=cfg.quantile, band_quantile=cfg.band_quantile, forecast_step_s=step_s, horizon_s=86400.0 + 6 * 3600.0,
                          lead_time_s=cfg.lead_time_s, stabilization_s=cfg.stabilization_s,
                          max_reconfigurations_per_day=cfg.max_reconfigurations_per_day,
                          history_days=max(1, (day0 - pd.Timestamp(cfg.history_start)).days)),
@@ -194,8 +199,12 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
         results.append(replay(truth, load, cfg, start, controller, duration_s=86400 / cfg.speedup))
 
     progress("[5/5] report")
-    plots = _plots(out, forecast, rates[(rates.index >= day0) & (rates.index < day0 + pd.Timedelta(days=1))],
-                   results, day0)
+    # each policy's capacity at its own target (augury and static peak: plans at augury's targets,
+    # the SLO-driven ceiling; the Flink rules: their 0.7 target utilization)
+    at_target = {"augury": targets.utilization_target, "static-peak": targets.utilization_target,
+                 flink.name: flink.policy.target_utilization}
+    plots = _plots(out, forecast, band, rates[(rates.index >= day0) & (rates.index < day0 + pd.Timedelta(days=1))],
+                   results, day0, at_target, _hindsight(truth, results[0].timeline, cfg.latency_slo_ms), cfg)
     run_id = None
     with tracking.start_run("augury-demo", run_name=f"{truth.job}-{day0.date()}") as run:
         tracking.log_params({k: v for k, v in cfg.__dict__.items()})
@@ -212,22 +221,44 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
                       plots=tuple(plots), mlflow_run_id=run_id, out_dir=str(out))
 
 
-def _plots(out: Path, forecast: pd.Series, actual: pd.Series, results, day0) -> list[str]:
+def _hindsight(truth: JobModel, timeline: pd.DataFrame, latency_slo_ms: float, ceiling: float = 0.7) -> pd.Series:
+    """The hindsight lower bound per window: the fewest instances meeting the SLO and ``ceiling``
+    for the load the window saw (``experiments.reference.TrueOracle`` on the true model; no
+    restarts), indexed by trace seconds."""
+    from experiments.reference import TrueOracle
+
+    found = TrueOracle(truth, latency_slo_ms, ceiling)
+    return pd.Series([found.instances(float(r)) for r in timeline["rate"]], index=timeline["t_trace_s"].to_numpy())
+
+
+def _plots(out: Path, forecast: pd.Series, band: pd.Series, actual: pd.Series, results, day0,
+           at_target: Mapping[str, float], bound: pd.Series, cfg: DemoConfig) -> list[str]:
+    """capacity.png: the load, the forecast (median and upper band), each policy's capacity at its
+    own target; below, each policy's instances and the hindsight lower bound."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, (ax, low) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     hours = lambda idx: (idx - day0).total_seconds() / 3600.0  # noqa: E731
+    ax.fill_between(hours(band.index), forecast.to_numpy(), band.to_numpy(), color="gray", alpha=0.25,
+                    step="post", label=f"forecast q{cfg.quantile:g} .. q{cfg.band_quantile:g}")
+    ax.plot(hours(forecast.index), forecast.to_numpy(), color="gray", ls="--", lw=1, label=f"forecast q{cfg.quantile:g}")
     ax.plot(hours(actual.index), actual.to_numpy(), color="black", lw=1.5, label="actual load")
-    ax.plot(hours(forecast.index), forecast.to_numpy(), color="gray", ls="--", label="forecast q0.9")
     for r in results:
-        ax.step(r.timeline["t_trace_s"] / 3600.0, r.timeline["capacity"], where="post", label=f"capacity: {r.policy}")
-    ax.set_xlabel(f"hours since {day0.date()}")
+        target = at_target.get(r.policy, 1.0)
+        ax.step(r.timeline["t_trace_s"] / 3600.0, r.timeline["capacity"] * target, where="post",
+                label=f"capacity at {target:g}: {r.policy}")
+        low.step(r.timeline["t_trace_s"] / 3600.0, r.timeline["instances"], where="post", label=r.policy)
+    low.step(bound.index / 3600.0, bound.to_numpy(), where="post", color="black", ls=":",
+             label="hindsight lower bound (SLO, 0.7)")
     ax.set_ylabel("tuples/s")
-    ax.legend(loc="upper left", fontsize=8)
-    ax.set_title("Load, forecast and capacity per policy")
+    ax.legend(loc="upper left", fontsize=7)
+    ax.set_title("Load, forecast band and capacity per policy at its target")
+    low.set_xlabel(f"hours since {day0.date()}")
+    low.set_ylabel("instances")
+    low.legend(loc="upper left", fontsize=7)
     path = out / "capacity.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -305,6 +305,10 @@ class PreemptiveConfig:
     violation_s_per_instance_hour: float = 60.0
     """The exchange rate of that pricing: seconds of SLO violation one instance-hour saved is
     worth (s per instance-hour)."""
+    shift_s: float = 0.0
+    """``scheduler.schedule`` step 7: a priced change may move up to this many seconds (a
+    scale-up earlier, a scale-down later) to where the forecast load is lower and its restart
+    cheaper (s); 0 = at its default time."""
 
 
 def epoch_clock(now_s: float) -> pd.Timestamp:
@@ -412,6 +416,21 @@ class PreemptiveDecider:
         history = pd.concat(parts)
         return history[history.index >= now - pd.Timedelta(days=self.config.history_days)]
 
+    def restart_s(self, model: JobModel, config: Mapping[str, int]) -> float:
+        """A change's restart time (s) for pricing: the model's restart model when it has one
+        (``modeler.restart``: base + the job's state / restore rate; every change of a job
+        restores all its state, so one figure serves every change), else ``restart_s``."""
+        from modeler.restart import restart_time_s
+
+        if model.restart_base_s is None and not model.state_mb:
+            return float(self.config.restart_s)
+        some = next((op for op in model.operators if not op.is_source), None)
+        if some is None:
+            return float(self.config.restart_s)
+        current = int(config.get(some.name, some.parallelism))
+        other = {some.name: current + 1 if current < some.max_parallelism else current - 1}
+        return restart_time_s(model, {some.name: current}, other, default_base_s=self.config.restart_s)
+
     def recent_load(self, now: pd.Timestamp) -> float:
         """The mean measured rate over the last forecasting step before ``now`` (the band is a
         forecast of grid-step means: a single short window is noisier than it)."""
@@ -460,7 +479,8 @@ class PreemptiveDecider:
             self._band = pd.Series(np.asarray(fc.quantiles[p.band_quantile], float), index=stamps)
         cfg = ScheduleConfig(lead_time_s=p.lead_time_s, stabilization_s=p.stabilization_s,
                              max_reconfigurations_per_day=p.max_reconfigurations_per_day,
-                             plan=PlanConfig(ctx.targets), restart_s=p.restart_s,
+                             plan=PlanConfig(ctx.targets), restart_s=self.restart_s(ctx.model, ctx.config),
+                             shift_s=p.shift_s,
                              violation_s_per_instance_hour=p.violation_s_per_instance_hour)
         key = (id(ctx.model), ctx.targets)
         if key != self._plans_key:

@@ -48,6 +48,11 @@ How the timeline is built (``docs/scheduler.md`` has the same with examples):
    when the next change goes back to the same configuration, what that change costs. Otherwise
    the larger configuration stays through the segment (it meets the segment's targets: it was
    planned for a higher level), which also saves a change of the daily budget.
+7. **Restart-aware issue times** (``restart_s`` > 0 and ``shift_s`` > 0). A change's restart
+   costs less where the forecast load is lower (the backlog drains at ``mu - lam``): a scale-up
+   may be issued up to ``shift_s`` earlier than its lead time, a scale-down up to ``shift_s``
+   later than its segment start, at the grid time with the least restart violation plus the
+   instance-hours the larger configuration is held for longer (at the exchange rate of step 6).
 """
 
 from __future__ import annotations
@@ -98,10 +103,16 @@ class ScheduleConfig:
     violation_s_per_instance_hour: float = 60.0
     """The exchange rate of step 6: seconds of SLO violation one instance-hour saved is worth
     (60: a minute of violation for an instance-hour)."""
+    shift_s: float = 0.0
+    """Step 7 (with ``restart_s`` > 0): a scale-up may be issued up to this many seconds earlier
+    than its lead time, a scale-down up to this many seconds later than its segment start
+    (never past the next change), when the forecast load is lower then: the restart's backlog
+    drains faster. The time with the least restart violation plus the extra instance-hours it
+    holds (at ``violation_s_per_instance_hour``) is taken. 0 = changes at their default times."""
 
     def check(self) -> None:
         for name in ("lead_time_s", "stabilization_s", "rate_resolution", "restart_s", "backlog_slo_s",
-                     "violation_s_per_instance_hour"):
+                     "violation_s_per_instance_hour", "shift_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise SchedulerError("must be a finite number >= 0", field=name, value=v)
@@ -370,8 +381,10 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
         seg, merged_cfg, priced = _price_scale_downs(compiled, seg, merged_cfg, values, idx, config,
                                                      capacity, lead_s)
 
-    # 5. Timeline with lead times.
+    # 5. Timeline with lead times (7: restart-aware issue times).
     lead = pd.Timedelta(seconds=lead_s)
+    shift_steps = int(config.shift_s // step_s) if config.restart_s > 0 and step_s > 0 else 0
+    variable_ops = [n for n in compiled.names if not compiled.model.operator(n).is_source]
     recs: list[Reconfiguration] = []
     reasons: list[str] = []
     feasible = True
@@ -398,16 +411,26 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
                 why = "change now: " + why
         else:
             direction = "up" if capacity(cfg_n) > capacity(merged_cfg[n - 1]) else "down"
+            earliest = max(now, recs[-1].effective_at)  # never before the previous change is in place
             if direction == "up":
                 issue = start - lead
                 late = issue < now
                 issue = max(issue, now)
                 peak_i = s + int(np.argmax(demand[s:e]))
                 why = f"forecast rises to {demand[peak_i]:,.1f} tuples/s at {idx[peak_i]}"
+                if shift_steps and not late:
+                    issue, note = _cheapest_issue(issue, -shift_steps, earliest, issue, cfg_n, merged_cfg[n - 1],
+                                                  forecast, capacity, config, variable_ops)
+                    why += note
             else:
                 issue, late = start, False
                 why = (f"forecast stayed at or below {lv:,.1f} tuples/s for "
                        f"{config.stabilization_s / 60:g} min")
+                if shift_steps:
+                    nxt = idx[seg[n + 1][0]] - lead if n + 1 < len(seg) else idx[-1]
+                    issue, note = _cheapest_issue(issue, shift_steps, issue, nxt - lead, cfg_n, merged_cfg[n - 1],
+                                                  forecast, capacity, config, variable_ops)
+                    why += note
             effective = issue + lead
         recs.append(Reconfiguration(issue_at=issue, effective_at=effective,
                                     segment_start=start, config=cfg_n,
@@ -487,6 +510,45 @@ def _price_scale_downs(compiled: CompiledModel, seg: list, cfgs: list, values: n
         if changed:
             seg, cfgs = _merge_equal(seg, cfgs)
     return seg, cfgs, reasons
+
+
+def _cheapest_issue(default: pd.Timestamp, steps: int, lo: pd.Timestamp, hi: pd.Timestamp, new: dict, old: dict,
+                    forecast: pd.Series, capacity, config: ScheduleConfig, variable) -> tuple[pd.Timestamp, str]:
+    """Step 7: the issue time within ``steps`` grid steps of ``default`` (negative: earlier, a
+    scale-up; positive: later, a scale-down), inside ``[lo, hi]``, with the least restart
+    violation (``restart_violation_s`` at the forecast load then) plus the instance-hours the
+    larger configuration is held for longer, at the exchange rate. Returns it and a note for
+    the reason when it moved."""
+    step = forecast.index[1] - forecast.index[0] if len(forecast) > 1 else pd.Timedelta(0)
+    if step <= pd.Timedelta(0):
+        return default, ""
+    extra = abs(sum(int(new[n]) for n in variable) - sum(int(old[n]) for n in variable))
+    mu = capacity(new)
+
+    def load_at(ts: pd.Timestamp) -> float:
+        i = int(np.searchsorted(forecast.index, ts, side="right")) - 1
+        return float(forecast.iloc[min(max(i, 0), len(forecast) - 1)])
+
+    def cost(ts: pd.Timestamp) -> float:
+        held_h = abs((ts - default).total_seconds()) / 3600.0
+        return (restart_violation_s(config.restart_s, mu, load_at(ts), config.backlog_slo_s)
+                + extra * held_h * config.violation_s_per_instance_hour)
+
+    best, best_cost = default, cost(default)
+    for k in range(1, abs(steps) + 1):
+        ts = default + step * (k if steps > 0 else -k)
+        if ts < lo or ts > hi:
+            break
+        c = cost(ts)
+        if c < best_cost - 1e-9:
+            best, best_cost = ts, c
+    if best == default:
+        return default, ""
+    return best, (f"; issued at {best} ({'earlier' if best < default else 'later'} than {default}): the "
+                  f"forecast load {load_at(best):,.1f} tuples/s then makes its restart cost "
+                  f"{restart_violation_s(config.restart_s, mu, load_at(best), config.backlog_slo_s):.0f} s, "
+                  f"{restart_violation_s(config.restart_s, mu, load_at(default), config.backlog_slo_s):.0f} s at "
+                  f"{default}")
 
 
 def _merge_equal(seg: list, cfgs: list) -> tuple[list, list]:

@@ -355,6 +355,7 @@ RANGES: dict[str, str] = {
     "BlacklistConfig.band_ratio": "(1, inf)",
     # scheduler.deciders.PreemptiveConfig (run.py's _preemptive_spec checks, mirrored)
     "PreemptiveConfig.restart_s": "[0, inf)",
+    "PreemptiveConfig.shift_s": "[0, inf)",
     "PreemptiveConfig.violation_s_per_instance_hour": "[0, inf)",
     "PreemptiveConfig.quantile": "(0, 1)",
     "PreemptiveConfig.band_quantile": "[0, 1)",
@@ -514,6 +515,14 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def _finite(value: int | float) -> bool:
+    """``math.isfinite`` that also answers for integers beyond a float (TOML reads 10**400)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 class _Bad(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -536,8 +545,8 @@ def _convert(tp: Any, value: Any, rng: Range | None, choices: tuple[str, ...] | 
             raise _Bad(f"must be {'an integer' if tp is int else 'a number'}, not {_kind(value)}")
         if tp is int and not isinstance(value, int):
             raise _Bad(f"must be an integer, not {_kind(value)}")
-        if not math.isfinite(value):
-            raise _Bad("must be a finite number")
+        if not _finite(value) or (isinstance(value, int) and abs(value) >= 2**63):
+            raise _Bad("must be a finite number (64-bit)" if isinstance(value, int) else "must be a finite number")
         if rng is not None and value not in rng:
             raise _Bad(f"must be {'an integer' if tp is int else 'a number'} "
                        + (f"in {rng}" if rng.lo is not None and rng.hi is not None else str(rng)))
@@ -650,7 +659,8 @@ def split_section(section: str, raw: Mapping[str, Any], path: str | None,
                   context: Mapping[str, str] | None = None) -> tuple[list[tuple[Part, dict]], dict]:
     """One section's keys divided among its parts (under ``context``) and the hand-read keys:
     ``([(part, {toml key: value})...], {hand-read key: value})``. A key of neither raises
-    ``UsageError`` listing every key the section knows. Checks nothing else (``coerce`` does)."""
+    ``UsageError`` listing every key the section knows; a hand-read key's value is checked for its
+    type and range (``check_hand``); the parts' keys are not (``coerce`` does)."""
     sections = _sections() + [h.section for h in HAND_READ if h.section not in _sections()]
     if section not in sections:
         raise UsageError(f"unknown section (known: {', '.join(sorted(sections))})", file=path, field=section)
@@ -662,8 +672,10 @@ def split_section(section: str, raw: Mapping[str, Any], path: str | None,
             owner.setdefault(key, p)
     split = {p: {} for p in mine}
     hand_raw = {}
+    by_key = {h.key: h for h in HAND_READ if h.section == section}
     for key, value in raw.items():
         if key in hand:
+            check_hand(by_key[key], value, path)
             hand_raw[key] = value
         elif key in owner:
             split[owner[key]][key] = value
@@ -672,6 +684,41 @@ def split_section(section: str, raw: Mapping[str, Any], path: str | None,
             raise UsageError(f"unknown key (known: {', '.join(known)})", file=path, field=f"{section}.{key}",
                              value=value)
     return [(p, split[p]) for p in mine], hand_raw
+
+
+def check_hand(key: HandKey, value: Any, path: str | None) -> None:
+    """A hand-read key's value against its documented type: ``string`` (non-empty), ``integer``
+    (>= 0, 64-bit), ``float`` (>= 0, at most ``modeler.limits.MAX_MODEL_NUMBER``), ``array of
+    {at_s, rate}`` (a non-empty array of tables with exactly those two numbers, ``at_s`` within
+    ``MAX_DURATION_S``). ``UsageError`` naming ``section.key`` and the value; through
+    ``modeler.limits.check_number``, so a 400-digit integer is an error, not an overflow."""
+    from modeler.limits import MAX_DURATION_S, MAX_MODEL_NUMBER, check_number
+
+    field = f"{key.section}.{key.key}"
+
+    def number(v: Any, where: str, maximum: float, integer: bool = False) -> None:
+        if isinstance(v, str) or isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise UsageError(f"must be {'an integer' if integer else 'a number'}, not {_kind(v)}", file=path,
+                             field=where, value=v)
+        check_number(v, where, minimum=0, maximum=maximum, integer=integer, file=path)
+
+    if key.type == "string":
+        if not isinstance(value, str) or not value.strip():
+            raise UsageError(f"must be a non-empty string, not {_kind(value) if not isinstance(value, str) else 'empty'}",
+                             file=path, field=field, value=value)
+    elif key.type == "integer":
+        number(value, field, 2**63 - 1, integer=True)
+    elif key.type == "float":
+        number(value, field, MAX_MODEL_NUMBER)
+    elif key.type == "array of {at_s, rate}":
+        if not isinstance(value, list) or not value:
+            raise UsageError("must be a non-empty array of {at_s, rate} tables", file=path, field=field, value=value)
+        for i, step in enumerate(value):
+            where = f"{field}[{i}]"
+            if not isinstance(step, dict) or set(step) != {"at_s", "rate"}:
+                raise UsageError("must be a table {at_s = ..., rate = ...}", file=path, field=where, value=step)
+            number(step["at_s"], f"{where}.at_s", MAX_DURATION_S)
+            number(step["rate"], f"{where}.rate", MAX_MODEL_NUMBER)
 
 
 # ------------------------------------------------------------------ docs

@@ -191,3 +191,18 @@ def test_preemptive_replans_when_the_load_leaves_the_forecast_band(band_quantile
     if replans:
         assert decider.band_at(clock(ctx.now_s)) == pytest.approx(1000.0)
         assert any("left the forecast's 0.95 quantile band" in r for d in decisions for r in d.reasons)
+
+
+def test_preemptive_prices_changes_with_the_models_restart_time():
+    # a stateful model: every change restores the job's state, restart = base + state / rate
+    # (modeler.restart); a model without a restart model prices at the configured restart_s
+    from dataclasses import replace as _replace
+
+    ev, ctx = setup(1000.0)
+    decider = PreemptiveDecider(PreemptiveConfig(restart_s=30.0))
+    assert decider.restart_s(ctx.model, ctx.config) == 30.0
+    ops = tuple(_replace(op, state_mb=600.0) if op.name == "a" else op for op in ctx.model.operators)
+    stateful = _replace(ctx.model, operators=ops, restart_base_s=20.0, restore_mb_per_s=4.0)
+    assert decider.restart_s(stateful, ctx.config) == pytest.approx(20.0 + 600.0 / 4.0)
+    no_base = _replace(stateful, restart_base_s=None)  # the configured restart_s is the base
+    assert decider.restart_s(no_base, ctx.config) == pytest.approx(30.0 + 150.0)

@@ -241,3 +241,61 @@ def test_the_price_weighs_the_instance_hours_saved():
     assert _directions(below) == [] and _directions(above) == ["down", "up"]
     # the default (60 s per instance-hour) is well above this break-even: the dip is taken
     assert breakeven < 60.0 and _directions(schedule(MODEL, _dip(1), HIGH, ScheduleConfig(**base))) == ["down", "up"]
+
+
+def test_restart_aware_issue_times_move_a_scale_down_to_lower_load():
+    # after the peak the load falls first to a level the small configuration carries only just
+    # (its restart there drains slowly), two steps later to LOW. With shift_s the scale-down
+    # waits for LOW when the restart violation saved beats the instance-hours held longer.
+    from scheduler.schedule import restart_violation_s
+
+    low = plan(MODEL, LOW)
+    mu = predict(MODEL, dict(low.config), 1.0).max_rate
+    mid = 0.9 * 0.7 * mu
+    assert dict(plan(MODEL, mid).config) == dict(low.config)  # one segment, one scale-down
+    values = np.full(len(IDX), LOW)
+    values[20:26] = HIGH
+    values[26:28] = mid
+    forecast = pd.Series(values, index=IDX)
+    base = dict(stabilization_s=0, rate_resolution=0, lookahead_s=0, lead_time_s=600, restart_s=300.0,
+                violation_s_per_instance_hour=10.0)
+    at_default = schedule(MODEL, forecast, LOW, ScheduleConfig(**base))
+    shifted = schedule(MODEL, forecast, LOW, ScheduleConfig(**base, shift_s=3 * 3600.0))
+    down0 = next(r for r in at_default.reconfigurations if r.direction == "down")
+    down1 = next(r for r in shifted.reconfigurations if r.direction == "down")
+    assert down0.issue_at == IDX[26] and down1.issue_at == IDX[28]
+    assert "later than" in down1.reason
+    saved = restart_violation_s(300.0, mu, mid) - restart_violation_s(300.0, mu, LOW)
+    held = (plan(MODEL, HIGH).instances - low.instances) * 1.0 * 10.0  # two 30-min steps
+    assert saved > held
+    # the scale-up is not moved: the load before it is LOW throughout (no cheaper time)
+    up0 = next(r for r in at_default.reconfigurations if r.direction == "up")
+    up1 = next(r for r in shifted.reconfigurations if r.direction == "up")
+    assert up0.issue_at == up1.issue_at
+    # at a dear exchange rate holding the large configuration longer does not pay: no move
+    dear = schedule(MODEL, forecast, LOW, ScheduleConfig(**{**base, "violation_s_per_instance_hour": 1e4},
+                                                         shift_s=3 * 3600.0))
+    assert next(r for r in dear.reconfigurations if r.direction == "down").issue_at == IDX[26]
+    # never below demand
+    assert not replay(MODEL, shifted, forecast).violation.any()
+
+
+def test_restart_aware_issue_times_move_a_scale_up_before_a_rising_load():
+    # the load creeps up inside the small configuration's capacity before the peak: issuing the
+    # scale-up earlier, at LOW, costs a cheaper restart than at the creep
+    low = plan(MODEL, LOW)
+    mu_low = predict(MODEL, dict(low.config), 1.0).max_rate
+    creep = 0.95 * 0.7 * mu_low
+    assert dict(plan(MODEL, creep).config) == dict(low.config)
+    values = np.full(len(IDX), LOW)
+    values[16:20] = creep
+    values[20:26] = HIGH
+    forecast = pd.Series(values, index=IDX)
+    base = dict(stabilization_s=0, rate_resolution=0, lookahead_s=0, lead_time_s=600, restart_s=600.0,
+                violation_s_per_instance_hour=0.5)
+    up_default = next(r for r in schedule(MODEL, forecast, LOW, ScheduleConfig(**base)).reconfigurations
+                      if r.direction == "up")
+    up_shift = next(r for r in schedule(MODEL, forecast, LOW, ScheduleConfig(**base, shift_s=4 * 3600.0)).reconfigurations
+                    if r.direction == "up")
+    assert up_default.issue_at == IDX[20] - pd.Timedelta(minutes=10)
+    assert up_shift.issue_at < IDX[16] and "earlier than" in up_shift.reason
