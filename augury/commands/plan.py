@@ -52,22 +52,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from modeler.modelfile import load_model
-    from scheduler.plan import PlanConfig, plan
 
     rate = parse_positive_float(args.rate, "--rate")
     u, slo, stat = targets(args)
     model = load_model(args.model)
-    result = plan(model, rate, PlanConfig(utilization_target=u, latency_slo_ms=slo, latency_stat=stat,
-                                          align=args.align))
-    from augury.commands.predict import format_restart, restart_fields, restart_of_change
+    result, restart = answer(model, rate, u, slo, stat, args.align)
+    from augury.commands.predict import format_restart
 
-    restart = restart_of_change(model, result.config)
     if args.json:
-        print_json({**result.to_dict(), **restart_fields(restart)})
+        print_json(to_json(result, restart))
     else:
         print(format_plan(result))
         print(format_restart(restart))
     return 0 if result.feasible else 1
+
+
+def answer(model, rate, utilization_target, latency_slo_ms, latency_stat, align=False, *, compiled=None,
+           max_evaluations: int | None = None):
+    """(the ``Plan`` at ``rate`` for the targets, the restart estimate of changing to it): what
+    ``augury plan`` and ``augury serve``'s ``/v1/plan`` compute. ``compiled``: the model already
+    compiled; ``max_evaluations``: the search budget (default ``PlanConfig``'s)."""
+    from augury.commands.predict import restart_of_change
+    from scheduler.plan import PlanConfig, plan
+
+    extra = {} if max_evaluations is None else {"max_evaluations": max_evaluations}
+    result = plan(compiled if compiled is not None else model, rate,
+                  PlanConfig(utilization_target=utilization_target, latency_slo_ms=latency_slo_ms,
+                             latency_stat=latency_stat, align=align, **extra))
+    return result, restart_of_change(model, result.config)
+
+
+def to_json(result, restart) -> dict:
+    """The ``augury plan --json`` object (the ``/v1/plan`` answer)."""
+    from augury.commands.predict import restart_fields
+
+    return {**result.to_dict(), **restart_fields(restart)}
 
 
 def format_plan(result) -> str:

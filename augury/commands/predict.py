@@ -21,19 +21,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from modeler.modelfile import load_model
-    from modeler.queueing import predict
 
     rate = parse_positive_float(args.rate, "--rate")
     config = parse_config(args.config)
     model = load_model(args.model)
-    prediction = predict(model, config, rate)
-    restart = restart_of_change(model, prediction.config)
+    prediction, restart = answer(model, config, rate)
     if args.json:
-        print_json({**prediction.to_dict(), **restart_fields(restart)})
+        print_json(to_json(prediction, restart))
     else:
         print(format_prediction(prediction))
         print(format_restart(restart))
     return 0
+
+
+def answer(model, config, rate, compiled=None):
+    """(the ``Prediction`` of ``config`` at ``rate``, the restart estimate of changing to it): what
+    ``augury predict`` and ``augury serve``'s ``/v1/predict`` compute. ``compiled``: the model
+    already compiled (``modeler.queueing.compile_model``), to skip compiling per call."""
+    from modeler.queueing import predict
+
+    prediction = predict(compiled if compiled is not None else model, config, rate)
+    return prediction, restart_of_change(model, prediction.config)
+
+
+def to_json(prediction, restart) -> dict:
+    """The ``augury predict --json`` object (the ``/v1/predict`` answer)."""
+    return {**prediction.to_dict(), **restart_fields(restart)}
 
 
 def restart_of_change(model, config):

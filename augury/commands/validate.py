@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from augury.errors import UsageError
     from modeler.modelfile import load_model
-    from scheduler.validate import ValidateConfig, read_proposal, validate
+    from scheduler.validate import read_proposal
 
     rate = parse_positive_float(args.rate, "--rate")
     u, slo, stat = targets(args)
@@ -37,12 +37,21 @@ def run(args: argparse.Namespace) -> int:
         config = {**read_proposal(args.proposal, model), **config}
     if not args.config and not args.proposal:
         raise UsageError("give the proposal with --config op=p,... or --proposal FILE", field="--config")
-    result = validate(model, rate, config, ValidateConfig(u, slo, stat))
+    result = answer(model, rate, config, u, slo, stat)
     if args.json:
         print_json(result.to_dict())
     else:
         print(format_validation(result))
     return 0 if result.ok else 1
+
+
+def answer(model, rate, config, utilization_target, latency_slo_ms, latency_stat, *, compiled=None):
+    """The ``scheduler.validate.Validation`` of ``config`` at ``rate``: what ``augury validate`` and
+    ``augury serve``'s ``/v1/validate`` compute (its ``to_dict()`` is the ``--json`` object)."""
+    from scheduler.validate import ValidateConfig, validate
+
+    return validate(compiled if compiled is not None else model, rate, config,
+                    ValidateConfig(utilization_target, latency_slo_ms, latency_stat))
 
 
 def format_validation(result) -> str:

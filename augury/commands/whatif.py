@@ -175,20 +175,55 @@ def run(args: argparse.Namespace) -> int:
     plots = []
     if args.plots:
         plots = write_plots(Path(args.plots), compiled, space, rates, frontier, best, goal)
+    summary = summary_fields(int(writer.rows), compiled, space, rates, goal, frontier, best)
     payload = {
-        "rows": int(writer.rows), "configurations": int(space.size), "rates": int(len(rates)),
+        "rows": summary["rows"], "configurations": summary["configurations"], "rates": summary["rates"],
         "out": str(out), "tables": {"max_rate": str(configs_path), "cheapest": str(cheapest_path)},
         "plots": [str(p) for p in plots],
-        "targets": {"utilization_target": u, "latency_slo_ms": slo, "latency_stat": stat},
+        "targets": summary["targets"],
         "engine": "spark" if spark is not None else "local",
-        "best_max_rate": _best_max_rate(frontier, space),
-        "cheapest": [_cheapest_entry(row, space, compiled.names) for row in best.to_dict("records")],
+        "best_max_rate": summary["best_max_rate"],
+        "cheapest": summary["cheapest"],
     }
     if args.json:
         print_json(payload)
     else:
         print(format_summary(payload, elapsed))
     return 0 if bool(best["feasible"].all()) else 1
+
+
+def summary_fields(rows: int, compiled, space, rates, goal, frontier: "_Frontier", best: pd.DataFrame) -> dict:
+    """The keys of ``augury whatif --json`` that do not name files: ``rows``, ``configurations``,
+    ``rates``, ``targets``, ``best_max_rate``, ``cheapest`` (shared with ``augury serve``)."""
+    return {
+        "rows": int(rows), "configurations": int(space.size), "rates": int(len(rates)),
+        "targets": {"utilization_target": goal.utilization_target, "latency_slo_ms": goal.latency_slo_ms,
+                    "latency_stat": goal.latency_stat},
+        "best_max_rate": _best_max_rate(frontier, space),
+        "cheapest": [_cheapest_entry(row, space, compiled.names) for row in best.to_dict("records")],
+    }
+
+
+def sweep_in_memory(compiled, space, rates, goal, *, chunk_rows: int = 50_000, deadline=None) -> dict:
+    """The sweep without writing any table: ``summary_fields`` of every configuration x rate,
+    computed chunk by chunk as ``run`` does (``augury serve``'s ``/v1/whatif``). ``deadline``: a
+    callable raising when the caller's time budget is spent, called before each chunk."""
+    from scheduler import whatif as W
+
+    cheapest = W.CheapestPerRate(goal)
+    frontier = _Frontier()
+    last_config, rows = -1, 0
+    for chunk in W.iter_predictions(compiled, space, rates, chunk_rows=chunk_rows):
+        if deadline is not None:
+            deadline()
+        rows += len(chunk)
+        cheapest.update(chunk)
+        per_config = W.config_table(chunk)
+        per_config = per_config[per_config["config_id"] > last_config]
+        if len(per_config):
+            last_config = int(per_config["config_id"].iloc[-1])
+            frontier.update(per_config)
+    return summary_fields(rows, compiled, space, rates, goal, frontier, cheapest.result(rates))
 
 
 def _is_spark_failure(err: BaseException) -> bool:
