@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -361,8 +362,19 @@ class MetricStore:
         paths = [f if os.path.isabs(f) else str(self._root / f) for f in files if f]
         if not paths:
             return _empty(schema)
-        tables = [pq.read_table(p, filters=filters).select(schema.names).cast(schema) for p in paths]
+        tables = []
+        for p in paths:
+            with _corrupt_file_is_a_store_error(p):
+                tables.append(pq.read_table(p, filters=filters).select(schema.names).cast(schema))
         return pa.concat_tables(tables).to_pandas()
+
+    def check_files(self, files: list[str]) -> None:
+        """Read the Parquet footer of every file (paths as ``raw_files``/``table_files`` return
+        them): ``StoreError`` naming the first that is not a Parquet file (truncated, overwritten)
+        before a reader such as Spark fails on it in the middle of a job. Cheap: the footers only."""
+        for f in files:
+            with _corrupt_file_is_a_store_error(f):
+                pq.read_metadata(f)
 
     def _read_with_retry(self, files_of: Callable[[], list[str]], schema: pa.Schema, filters=None):
         try:
@@ -412,6 +424,26 @@ class MetricStore:
 
     def source_rates(self, job: str | None = None) -> pd.DataFrame:
         return self.table("source_rates", job)
+
+
+@contextlib.contextmanager
+def _corrupt_file_is_a_store_error(path: str) -> Iterator[None]:
+    """A store file that pyarrow cannot read as the store's Parquet (not Parquet at all, a damaged
+    footer, another schema) is a corrupt store: ``StoreError`` (exit 2) naming the file. A missing
+    file and the operating system's own errors (an ``OSError`` with an errno: no permission, I/O)
+    pass unchanged: the first is retried by the caller, the others are environment failures
+    (exit 3). pyarrow's own ``OSError`` (no errno: "Couldn't deserialize thrift") is a damaged file."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError) as err:
+        if isinstance(err, OSError) and err.errno is not None:
+            raise
+        first = (str(err).splitlines() or [type(err).__name__])[0]
+        first = re.sub(r"^Could not open Parquet input source '.*?': ", "", first)  # the path, again
+        raise StoreError(f"corrupt store file, not readable as the store's Parquet ({first[:200]}); "
+                         "restore it from a copy or rebuild the store with `augury ingest`", file=path) from None
 
 
 def _empty(schema: pa.Schema) -> pd.DataFrame:

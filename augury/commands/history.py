@@ -1,4 +1,4 @@
-"""``augury history summarize --store DIR [--window 60s] [--spark-master URL] [--json]``."""
+"""``augury history summarize --store DIR [--window 60s] [--spark-master URL] [--json] [--verbose]``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from augury.commands._common import parse_duration_s, print_json
+from augury.commands._logs import add_verbose_flag, library_output_to_log
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            help="Spark master (default local[2])")
     summarize.add_argument("--driver-memory", metavar="SIZE", help="Spark driver memory, e.g. 2g")
     summarize.add_argument("--json", action="store_true", help="print one JSON object")
+    add_verbose_flag(summarize)
     summarize.set_defaults(func=run_summarize)
     parser.set_defaults(func=lambda args: _usage(parser))
 
@@ -39,13 +41,18 @@ def run_summarize(args: argparse.Namespace) -> int:
     from history.summarize import summarize_store
 
     window = parse_duration_s(args.window, "--window") if args.window else None
-    report = summarize_store(args.store, window_s=window, master=args.spark_master,
-                             driver_memory=args.driver_memory)
+    # Spark's own output (start-up lines, a failed task's Java stack) goes to a log file, named
+    # after a success (an error stays one line; a JVM that cannot start names it in its error);
+    # --verbose: everything on the terminal.
+    with library_output_to_log(args, "history-summarize", lambda msg: None) as log:
+        report = summarize_store(args.store, window_s=window, master=args.spark_master,
+                                 driver_memory=args.driver_memory)
     if args.json:
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), "log_file": str(log) if log else None})
     else:
         rows = ", ".join(f"{name} {n}" for name, n in report.rows.items())
         print(f"summarized {report.raw_rows} raw rows of {len(report.jobs)} job(s) "
               f"({', '.join(report.jobs)}) into {report.window_s:g} s windows in "
-              f"{report.seconds:.1f} s: {rows}")
+              f"{report.seconds:.1f} s: {rows}" + (f"\n(Spark's own output: {log}; --verbose shows it here)"
+                                                    if log else ""))
     return 0
