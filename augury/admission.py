@@ -246,6 +246,9 @@ def review(data: Any, mapping: AdmissionMapping, registry) -> dict:
         raise AdmissionError("expected the FlinkDeployment object", field="request.object", value=obj)
     namespace = _get(obj, "metadata.namespace") or request.get("namespace") or "default"
     name = _get(obj, "metadata.name") or request.get("name")
+    for where, value in (("metadata.namespace", namespace), ("metadata.name", name)):
+        if not isinstance(value, str) or not value:
+            raise AdmissionError("expected a non-empty string", field=f"request.object.{where}", value=value)
     entry = mapping.deployments.get((namespace, name))
     if entry is None:
         why = f"augury: no model is registered for FlinkDeployment {namespace}/{name}"
@@ -259,7 +262,11 @@ def review(data: Any, mapping: AdmissionMapping, registry) -> dict:
                          f"augury: model {entry.model} for {namespace}/{name} is not loaded",
                          warnings=[f"augury: model {entry.model} for {namespace}/{name} is not loaded (not checked)"],
                          code=500)
-    config, warnings = proposed_config(obj, loaded.model, entry)
+    try:
+        config, warnings = proposed_config(obj, loaded.model, entry)
+    except AdmissionError as err:
+        return _response(uid, False, f"augury: {namespace}/{name}: {err.field} = {err.value!r}: {err.message}",
+                         code=400)
     if not config:
         return _response(uid, True, warnings=warnings + ["augury: the spec sets no parallelism (not checked)"])
     goal = Targets(utilization_target=entry.utilization_target, latency_slo_ms=entry.latency_slo_ms,
