@@ -47,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--align", action="store_true",
                         help="key-grouped operators only at divisors of their max_parallelism")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    from augury.client import add_server_flags
+
+    add_server_flags(parser)
     parser.set_defaults(func=run)
 
 
@@ -55,6 +58,19 @@ def run(args: argparse.Namespace) -> int:
 
     rate = parse_positive_float(args.rate, "--rate")
     u, slo, stat = targets(args)
+    if getattr(args, "server", None):
+        from augury.client import client_from_args, plan_view, restart_view
+        from augury.commands.predict import format_restart
+
+        with client_from_args(args) as client:
+            data = client.plan(args.model, rate, latency_slo_ms=slo, latency_stat=stat, utilization_target=u,
+                               align=args.align)
+        if args.json:
+            print_json(data)
+        else:
+            print(format_plan(plan_view(data)))
+            print(format_restart(restart_view(data)))
+        return 0 if data["feasible"] else 1
     model = load_model(args.model)
     result, restart = answer(model, rate, u, slo, stat, args.align)
     from augury.commands.predict import format_restart

@@ -16,6 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rate", required=True, help="input rate, tuples/s")
     parser.add_argument("--config", help="parallelism overrides: op=p[,op=p...] (others keep the model's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    from augury.client import add_server_flags
+
+    add_server_flags(parser)
     parser.set_defaults(func=run)
 
 
@@ -24,6 +27,17 @@ def run(args: argparse.Namespace) -> int:
 
     rate = parse_positive_float(args.rate, "--rate")
     config = parse_config(args.config)
+    if getattr(args, "server", None):
+        from augury.client import client_from_args, prediction_view, restart_view
+
+        with client_from_args(args) as client:
+            data = client.predict(args.model, rate, config)
+        if args.json:
+            print_json(data)
+        else:
+            print(format_prediction(prediction_view(data)))
+            print(format_restart(restart_view(data)))
+        return 0
     model = load_model(args.model)
     prediction, restart = answer(model, config, rate)
     if args.json:

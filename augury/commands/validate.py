@@ -21,6 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="proposal as a JSON file of vertex -> parallelism (see docs/scheduler.md)")
     add_target_flags(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    from augury.client import add_server_flags
+
+    add_server_flags(parser)
     parser.set_defaults(func=run)
 
 
@@ -31,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
 
     rate = parse_positive_float(args.rate, "--rate")
     u, slo, stat = targets(args)
+    if getattr(args, "server", None):
+        return _run_remote(args, rate, u, slo, stat)
     model = load_model(args.model)
     config = parse_config(args.config)
     if args.proposal:
@@ -43,6 +48,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_validation(result))
     return 0 if result.ok else 1
+
+
+def _run_remote(args, rate, u, slo, stat) -> int:
+    """``--server``: the same check asked of an ``augury serve`` (MODEL is the model's name there)."""
+    from augury.client import client_from_args, validation_view
+    from augury.errors import UsageError
+    from scheduler.validate import read_proposal
+
+    config = parse_config(args.config)
+    if args.proposal:
+        config = {**read_proposal(args.proposal), **config}
+    if not args.config and not args.proposal:
+        raise UsageError("give the proposal with --config op=p,... or --proposal FILE", field="--config")
+    with client_from_args(args) as client:
+        data = client.validate(args.model, rate, config, latency_slo_ms=slo, latency_stat=stat,
+                               utilization_target=u)
+    if args.json:
+        print_json(data)
+    else:
+        print(format_validation(validation_view(data)))
+    return 0 if data["ok"] else 1
 
 
 def answer(model, rate, config, utilization_target, latency_slo_ms, latency_stat, *, compiled=None):
