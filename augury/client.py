@@ -51,6 +51,10 @@ class Client:
         import httpx
 
         self.url = url.rstrip("/")
+        if isinstance(verify, str):  # a CA bundle
+            import ssl
+
+            verify = ssl.create_default_context(cafile=verify)
         self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
                                   timeout=timeout_s, verify=verify)
 

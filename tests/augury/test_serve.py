@@ -248,3 +248,15 @@ def test_fuzz_never_a_5xx(client, path, body, raw):
     out = r.json()
     if r.status_code >= 400:
         assert set(out) == {"error", "field", "value"}
+
+
+def test_plan_and_whatif_stop_at_the_time_budget(models_dir):
+    config = ServeConfig(models_dir=str(models_dir), port=0, token_file="unused", log_level="warning",
+                         time_budget_s=1e-6)
+    with BackgroundServer(create_app(config, TOKEN), config) as server, \
+            httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as c:
+        r = c.post("/v1/whatif", json={"model": "wordcount", "rates": "1:1000:50", "sweep": ["split=1..100"]})
+        assert r.status_code == 422 and r.json()["field"] == "time_budget_s"
+        r = c.post("/v1/plan", json={"model": "pipeline", "rate": 1000, "latency_slo_ms": 30})
+        assert r.status_code == 422 and r.json() == {"error": r.json()["error"], "field": "time_budget_s",
+                                                     "value": 1e-6}
