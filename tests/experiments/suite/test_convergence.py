@@ -49,6 +49,11 @@ def test_assess_signed_over_provisioning_and_what_is_not_reached():
     slow = _timeline([8, 8, 8, 8], [False, False, True, True], [False] * 4, p99=[10, 10, 60, 70], history=1)
     r = assess(slow, 1.0, 8, 100.0, 50.0, tail_windows=2)
     assert not r["reached"] and not r["slo_met"]
+    # ... unless it ends on the reference configuration itself: the reference's own miss, not the policy's
+    r = assess(slow, 1.0, 8, 100.0, 50.0, tail_windows=2, reference_config={"a": 8})
+    assert r["reached"] and r["on_reference"] and not r["slo_met"] and r["steps"] == 0
+    r = assess(slow, 1.0, 8, 100.0, 50.0, tail_windows=2, reference_config={"b": 8})  # as many, not it
+    assert not r["reached"] and not r["on_reference"]
     # a growing backlog at the end: the SLO is missed even with a low p99
     lag = _timeline([8, 8, 8, 8], [False] * 4, [False] * 4, backlog=[0, 0, 50, 500], history=1)
     assert not assess(lag, 1.0, 8, 100.0, 50.0, tail_windows=2)["slo_met"]
