@@ -52,6 +52,18 @@ STATEMENTS: dict[str, dict[str, str]] = {
                          "time compression at 960x; only three days per trace, so day-to-day variation dominates "
                          "the intervals.",
     },
+    "preemptive-stateful": {
+        "ground truth": "the testbed replaying the real traces on WordCount with keyed state: every change restores "
+                        "the job's state, so a restart lasts 30 s + state / 10 MB/s (60, 150, 300 s), charged restart "
+                        "+ backlog drain for every policy alike.",
+        "given": "augury learns its model from a warm-up recording and is given the state size and restore rate (as "
+                 "Flink's checkpoint statistics and measured restarts would give it); augury/shift may move priced "
+                 "changes to lower load; the Flink rules as published (they do not use restart times).",
+        "sample": "replays per policy = traces x restart times x seeds (in the runs table); the load at a change "
+                  "with a bootstrap 95 % CI over the replays.",
+        "could bias it": "the restart model is known to augury rather than fitted from its own restarts; one job "
+                         "shape; the shift's exchange rate (60 s of violation per instance-hour) is augury's own.",
+    },
     "forecast": {
         "ground truth": "the real traces' own next values (rolling origin: the forecaster never sees what it is "
                         "scored on).",

@@ -145,6 +145,9 @@ class Params:
     violation_s_per_instance_hour: float = 60.0
     """augury prices its planned scale-downs at this exchange rate (``scheduler.schedule`` step
     6) with the engine's ``restart_s``."""
+    shift_s: float = 0.0
+    """augury's restart-aware issue times (``scheduler.schedule`` step 7): how far a priced change
+    may move to a lower load (trace s); the ``preemptive-stateful`` experiment compares."""
     oracle_interval_s: float = 4 * 3600.0
     """The oracle decides this often (6 times a day, augury's budget)."""
 
@@ -159,7 +162,7 @@ def settings(params: Params):
         max_reconfigurations_per_day=params.max_reconfigurations_per_day, replan_s=params.replan_s,
         refit_s=params.refit_s, reactive_trigger=params.reactive_trigger, band_quantile=params.band_quantile,
         restart_s=params.restart_s,
-        violation_s_per_instance_hour=params.violation_s_per_instance_hour)
+        violation_s_per_instance_hour=params.violation_s_per_instance_hour, shift_s=params.shift_s)
 
 
 def replay_seed(seed: int, trace: str) -> int:
@@ -245,7 +248,12 @@ def job_truth(dag: str, repo, params: Params):
 
 
 def run_trace(trace: str, params: Params, days: float, seed: int, repo, traces_dir, progress,
-              learned=None, policies=POLICIES, spec: tuple | None = None, dag: str = DAGS[0]) -> list:
+              learned=None, policies=POLICIES, spec: tuple | None = None, dag: str = DAGS[0],
+              truth=None) -> list:
+    """Replay ``trace`` for every policy in ``policies``: ``(trace, ReplayResult, controller)``
+    each. ``truth``: the job's true model instead of ``dag``'s (e.g. a stateful variant);
+    ``learned``: what augury knows (default: the truth). ``augury/...`` policies other than
+    ``augury/u0.7`` are augury with ``params`` as given (the caller's variant)."""
     from experiments.baselines import (DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy, OraclePolicy,
                                        StaticPolicy, ds2_max)
     from experiments.replay import PolicyController, drive
@@ -255,7 +263,7 @@ def run_trace(trace: str, params: Params, days: float, seed: int, repo, traces_d
 
     if trace not in TRACES and spec is None:
         raise ExperimentError("unknown trace", field="trace", value=trace)
-    truth = job_truth(dag, repo, params)
+    truth = truth if truth is not None else job_truth(dag, repo, params)
     prepared = prepare(trace, params, days, seed, truth, traces_dir, spec)
     pc = PlanConfig(utilization_target=params.utilization_target, latency_slo_ms=params.latency_slo_ms)
     actual_peak = max(prepared.load.rates)
@@ -277,8 +285,9 @@ def run_trace(trace: str, params: Params, days: float, seed: int, repo, traces_d
     out = []
     for policy in policies:
         progress(f"{trace} {prepared.day0.date()} +{days:g} d: {policy}")
-        if policy in ("augury", "augury/u0.7"):
-            p = params if policy == "augury" else replace(params, augury_utilization_target=params.utilization_target)
+        if policy == "augury" or policy.startswith("augury/"):
+            p = replace(params, augury_utilization_target=params.utilization_target) if policy == "augury/u0.7" \
+                else params
             r, c = run_augury(learned if learned is not None else truth, truth, prepared, p, name=policy)
             out.append((trace, r, c))
             continue
@@ -400,18 +409,20 @@ def _policies(dag: str, dags: tuple[str, ...]) -> tuple[str, ...]:
     return POLICIES if len(dags) == 1 else tuple(p for p in POLICIES if p not in UNIFORM_KEYS)
 
 
-def _map_cases(cases: list[Case], workers: int):
-    """``run_case`` over ``cases``, in order, on ``workers`` processes (spawned: no Spark or JVM
-    state is inherited) or in this process when one suffices."""
+def _map_cases(cases: list, workers: int, fn=None):
+    """``fn`` (default ``run_case``; a module-level function) over ``cases``, in order, on
+    ``workers`` processes (spawned: no Spark or JVM state is inherited) or in this process when
+    one suffices."""
+    fn = fn or run_case
     if workers <= 1 or len(cases) <= 1:
-        yield from map(run_case, cases)
+        yield from map(fn, cases)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=min(workers, len(cases)),
                              mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield from pool.map(run_case, cases)
+        yield from pool.map(fn, cases)
 
 
 def hindsight(truth, timeline: pd.DataFrame, params: Params) -> dict[str, float]:
@@ -580,6 +591,8 @@ def _pareto(trace: str, per_trace: pd.DataFrame, days_table: pd.DataFrame, workd
 
     rows = per_trace[per_trace["trace"] == trace]
     dags = list(dict.fromkeys(rows["dag"]))
+    palette = plt.get_cmap("tab10")
+    colour = {p: palette(i % 10) for i, p in enumerate(dict.fromkeys(POLICIES + tuple(rows["policy"])))}
     fig, axes = plt.subplots(1, len(dags), figsize=(6 * len(dags), 4.5), squeeze=False)
     for ax, dag in zip(axes[0], dags):
         g = rows[rows["dag"] == dag]
@@ -589,7 +602,7 @@ def _pareto(trace: str, per_trace: pd.DataFrame, days_table: pd.DataFrame, workd
                               [r.instance_hours_per_day_hi - r.instance_hours_per_day]],
                         yerr=[[r.violation_minutes_per_day - r.violation_minutes_per_day_lo],
                               [r.violation_minutes_per_day_hi - r.violation_minutes_per_day]],
-                        fmt="o", capsize=3, label=r.policy)
+                        fmt="o", capsize=3, label=r.policy, color=colour[r.policy])
             ax.annotate(r.policy, (r.instance_hours_per_day, r.violation_minutes_per_day), fontsize=7,
                         xytext=(4, 4), textcoords="offset points")
         d = days_table[(days_table["dag"] == dag) & (days_table["trace"] == trace)]
