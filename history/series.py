@@ -8,12 +8,13 @@ be numeric (empty cells are allowed and stay ``NaN``: a missing observation). Ev
 raises ``HistoryError`` naming the file, the column and the offending value (with its row).
 
 The series is returned sorted by time; timezone-aware timestamps are converted to UTC and
-made naive. No reindexing or gap filling happens here (``modeler.forecast.regularize``
+made naive (naive ones mixed with aware ones are read as UTC). No reindexing or gap filling happens here (``modeler.forecast.regularize``
 does that and reports the gaps).
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -68,9 +69,14 @@ def load_series(path: str | Path, time_col: str | None = None,
         raise HistoryError("the file has no rows", file=file)
 
     raw_t = frame[time_col].str.strip()
-    times = pd.to_datetime(raw_t, errors="coerce")
-    if times.isna().any():  # one format inferred from the first row did not fit all rows
-        times = pd.to_datetime(raw_t, errors="coerce", format="mixed")
+    with warnings.catch_warnings():  # pandas' "Could not infer format", "mixed time zones": handled here
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        times = pd.to_datetime(raw_t, errors="coerce")
+        if times.isna().any():  # one format inferred from the first row did not fit all rows
+            times = pd.to_datetime(raw_t, errors="coerce", format="mixed")
+        if not pd.api.types.is_datetime64_any_dtype(times):  # naive and aware mixed: naive ones are UTC
+            times = pd.to_datetime(raw_t, errors="coerce", format="mixed", utc=True)
     bad = times.isna()
     if bad.any():
         row = int(bad.to_numpy().nonzero()[0][0])

@@ -33,6 +33,15 @@ def test_explicit_columns_and_timezones(tmp_path):
     assert s.tolist() == [7.5, 8.0]
 
 
+def test_naive_and_aware_times_mixed_read_naive_ones_as_utc(tmp_path):
+    # issue 22's fuzzing: a date-only row beside ISO times with Z failed with an AttributeError
+    path = _write(tmp_path, "ts,value\n2024-05-01,100\n2024-05-01T00:01:00Z,108\n2024-05-01T02:01:00+02:00,110\n")
+    s = load_series(path)
+    assert list(s.index) == [pd.Timestamp("2024-05-01 00:00"), pd.Timestamp("2024-05-01 00:01"),
+                             pd.Timestamp("2024-05-01 00:01")]
+    assert list(s) == [100.0, 108.0, 110.0]
+
+
 def test_trace_file_loads(traces_dir):
     s = load_series(traces_dir / "nab_elb_request_count_8c0756.csv")
     assert len(s) == 4032 and s.index.is_monotonic_increasing
