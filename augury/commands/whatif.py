@@ -114,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"the table would have {total:,} rows ({space.size:,} configurations x {len(rates):,} "
                          f"rates; the documented limit is {MAX_WHATIF_ROWS:,}): sweep fewer configurations or rates",
                          field="--rates", value=args.rates)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    from history.files import check_writable
+
+    check_writable(out, "--out")  # its directory created and writable (exit 3 naming --out), before the work
 
     spark, stop_spark = None, False
     if args.spark_master:
