@@ -104,10 +104,21 @@ class ModelDecider:
     path = "model"
 
     def __init__(self, config: ModelDeciderConfig = ModelDeciderConfig(), planner: Planner | None = None,
-                 load_forecast: LoadForecast | None = None) -> None:
+                 load_forecast: LoadForecast | None = None, peak_window_s: float | None = None) -> None:
         self.config = config
         self.planner = planner or default_planner
         self.load_forecast = load_forecast
+        self.peak_window_s = peak_window_s
+        """A scale-down sizes for the highest offered rate of the configuration in force over
+        this many seconds (the guard's scale-down delay, as the reactive decider does): one
+        window's rate is noisy, and a plan from a low one undersizes. None = the window's rate."""
+
+    def _peak(self, ctx: DecisionContext, current: Mapping[str, int], offered: float) -> float:
+        if not self.peak_window_s:
+            return offered
+        rates = [h.offered_rate for h in ctx.history
+                 if h.end_s > ctx.now_s - self.peak_window_s and dict(h.config) == current]
+        return max([offered] + rates)
 
     def _forecast(self, ctx: DecisionContext) -> tuple[float | None, str | None]:
         if self.load_forecast is None:
@@ -143,10 +154,14 @@ class ModelDecider:
         lo, hi = c.utilization_band
         drained = w.backlog <= max(offered, 1.0)
         low = not high and hottest < lo and drained
-        plan = None
+        # a scale-down is judged and sized at the highest rate over the peak window
+        down_rate = max(rate, self._peak(ctx, current, offered)) if not high else rate
+        if low and down_rate > rate:
+            low = self._state(model, current, t.planned_rate(down_rate), t)[1] < lo
+        plan, planned_for = None, None
         if not (high or low) and drained and hottest < t.utilization_target:
             # Inside the band but sized for more than the rate needs: scale down when it saves.
-            plan = self.planner(model, rate, t)
+            plan, planned_for = self.planner(model, down_rate, t), down_rate
             variable = [k for k in current if k in model.config and not model.operator(k).is_source]
             now_n = sum(current[k] for k in variable)
             plan_n = sum(int(plan.config.get(k, current[k])) for k in variable)
@@ -161,11 +176,11 @@ class ModelDecider:
             if not confirmed:
                 return no_action(self.path, (f"model: out of band at {rate:,.0f}/s; waiting for "
                                              f"{c.confirm_windows} consecutive windows",))
-        eff = rate
+        eff = rate if high else down_rate
         if high and w.backlog > 0:
             drain = rate + w.backlog / t.catch_up_s
             eff = max(rate, drain * t.utilization_target / c.catch_up_utilization)
-        if plan is None or eff != rate:
+        if plan is None or eff != planned_for:
             plan = self.planner(model, eff, t)
         target = {k: int(plan.config.get(k, v)) for k, v in current.items()}
         why = ("saturated" if pred.saturated else

@@ -204,7 +204,8 @@ class ControlLoop:
         self.source = source
         self.actuator = actuator
         self.store = store if store is not None else InMemoryStateStore()
-        self.decider = decider or ModelDecider(config.model, planner, load_forecast)
+        self.decider = decider or ModelDecider(config.model, planner, load_forecast,
+                                               peak_window_s=config.guard.scale_down_delay_s)
         self.reactive = ReactiveDecider(config.reactive, config.guard.scale_down_delay_s)
         self.model = model
         self.trust = TrustMonitor(config.trust)

@@ -206,3 +206,24 @@ def test_preemptive_prices_changes_with_the_models_restart_time():
     assert decider.restart_s(stateful, ctx.config) == pytest.approx(20.0 + 600.0 / 4.0)
     no_base = _replace(stateful, restart_base_s=None)  # the configured restart_s is the base
     assert decider.restart_s(no_base, ctx.config) == pytest.approx(30.0 + 150.0)
+
+
+def test_model_decider_scale_down_sizes_for_the_peak_over_its_window():
+    # the configuration in force is large; the window now offers 300/s but one 40 s earlier
+    # offered 1,300/s: with a peak window the scale-down is planned for 1,300/s (a single low
+    # window undersizes), without one for 300/s; a peak older than the window is forgotten
+    from dataclasses import replace as _replace
+
+    big = {"a": 6, "b": 3}
+    ev, ctx = setup(300.0, big)
+    high = windows(1300.0, big)
+    shift = ctx.history[-1].end_s - high[-1].end_s - 40.0
+    earlier = tuple(_replace(h, start_s=h.start_s + shift) for h in high[-2:])
+    history = earlier + ctx.history
+    c = _replace(ctx, history=history)
+    plain = ModelDecider().decide(ev, c)
+    peaked = ModelDecider(peak_window_s=120.0).decide(ev, c)
+    forgot = ModelDecider(peak_window_s=20.0).decide(ev, c)
+    assert plain.kind == peaked.kind == forgot.kind == DecisionKind.SCALE
+    assert plain.config["a"] == forgot.config["a"] < peaked.config["a"]
+    assert peaked.config["a"] * 1000.0 * 0.7 >= 1300.0 and "1,300/s" in " ".join(peaked.reasons)
