@@ -609,6 +609,7 @@ def _pareto(trace: str, per_trace: pd.DataFrame, days_table: pd.DataFrame, workd
         bound = d[d["policy"] == d["policy"].iloc[0]]["hindsight_instance_hours"].mean()
         ax.axvline(bound, color="grey", ls="--", lw=1, label="hindsight bound")
         ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_ylim(bottom=0.0)  # minutes are >= 0 (symlog would show an empty negative range)
         ax.set_xlabel("instance-hours per day")
         ax.set_ylabel("SLO-violation minutes per day")
         ax.set_title(f"{trace}, {dag} (n = {int(g['n_days'].max())} days)", fontsize=9)
