@@ -32,6 +32,8 @@ The TOML config (``docs/control-loop.md``)::
 
 from __future__ import annotations
 
+import math
+
 import argparse
 import json
 import sys
@@ -93,11 +95,16 @@ def load_run_config(path: str) -> dict:
     if unknown:
         raise _fail(path, unknown[0], None, f"unknown section (known: {', '.join(sorted(_SECTIONS))})")
     job = raw.get("job", {})
+    if not isinstance(job, dict):
+        raise _fail(path, "job", job, "must be a table")
     if "model" not in job:
         raise _fail(path, "job.model", None, "the model file is required")
+    for key in ("model", "state"):
+        if key in job and (not isinstance(job[key], str) or not job[key].strip()):
+            raise _fail(path, f"job.{key}", job[key], "must be a file name (a non-empty string)")
     base = Path(path).parent
     model_path = str(base / job["model"])
-    state = str(base / job["state"]) if job.get("state") else None
+    state = str(base / job["state"]) if "state" in job else None
     slo = raw.get("slo", {})
     intervals = raw.get("intervals", {})
     # [slo] -> Targets (+ the model decider's band keys); [intervals] -> the loop, catch_up_s ->
@@ -116,7 +123,16 @@ def load_run_config(path: str) -> dict:
             raise _fail(path, f"slo.{key}", value, "unknown key (known: "
                         + ", ".join(sorted(set(target_keys) | set(model_keys))) + ")")
     for key, value in intervals.items():
-        if key in ("interval_s", "evaluate_after_s", "history_windows"):
+        if key in ("interval_s", "evaluate_after_s"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value > 10 * 365 * 86400 \
+                    or not math.isfinite(value) or value < 0 or (key == "interval_s" and value <= 0):
+                raise _fail(path, f"intervals.{key}", value,
+                            f"must be a number of seconds {'> 0' if key == 'interval_s' else '>= 0'} "
+                            "and at most 10 years")
+            loop_kwargs[key] = float(value)
+        elif key == "history_windows":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
+                raise _fail(path, f"intervals.{key}", value, "must be an integer from 1 to 1,000,000")
             loop_kwargs[key] = value
         elif key == "catch_up_s":
             targets_raw["catch_up_s"] = value
@@ -136,7 +152,11 @@ def load_run_config(path: str) -> dict:
     try:
         loop_kwargs["targets"] = _dataclass_from(Targets, targets_raw, path, "slo")
     except AuguryError as err:
-        raise _fail(path, f"slo.{err.field}" if err.field else "slo", err.value, err.message) from None
+        # name the key as the file spells it ([slo] latency_ms, not Targets.latency_slo_ms)
+        toml_name = {v: k for k, v in target_keys.items()}
+        field = (err.field or "").removeprefix("slo.")
+        field = f"slo.{toml_name.get(field, field)}" if field else "slo"
+        raise _fail(path, field, err.value, err.message) from None
     loop_kwargs["model"] = _dataclass_from(ModelDeciderConfig, model_raw, path, "slo")
     loop_kwargs["guard"] = _dataclass_from(GuardRails, raw.get("guard", {}), path, "guard")
     loop_kwargs["trust"] = _dataclass_from(TrustConfig, raw.get("trust", {}), path, "trust")
