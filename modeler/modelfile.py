@@ -552,6 +552,9 @@ def load_model(path: str | Path, *, require_profiles: bool = True) -> JobModel:
         raise ModelError(f"cannot read model file: {err.strerror}", file=str(path)) from None
     except UnicodeDecodeError:
         raise ModelError("model file is not UTF-8 text", file=str(path)) from None
+    except ValueError as err:  # e.g. an embedded NUL in the name: no file can have it
+        raise ModelError(f"cannot read model file: not a valid file name ({err})", file=str(path),
+                         field="path", value=str(path)) from None
     return parse_model_text(text, str(path), require_profiles=require_profiles)
 
 

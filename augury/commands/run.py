@@ -100,7 +100,7 @@ def load_run_config(path: str) -> dict:
     if "model" not in job:
         raise _fail(path, "job.model", None, "the model file is required")
     for key in ("model", "state"):
-        if key in job and (not isinstance(job[key], str) or not job[key].strip()):
+        if key in job and (not isinstance(job[key], str) or not job[key].strip() or "\0" in job[key]):
             raise _fail(path, f"job.{key}", job[key], "must be a file name (a non-empty string)")
     base = Path(path).parent
     model_path = str(base / job["model"])

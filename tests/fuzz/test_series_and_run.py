@@ -231,6 +231,7 @@ def _python_error(value) -> bool:
 @pytest.mark.parametrize("section,key,value", [
     ("job", "model", 0),                    # was: TypeError in run.py's path join, exit 1 with a traceback
     ("job", "state", 0),                    # was: silently ignored
+    ("job", "model", "m\0.yaml"),           # was: ValueError (embedded null byte) traceback
     ("intervals", "interval_s", "ten"),     # was: TypeError comparing the raw value, exit 1
     ("intervals", "history_windows", "x"),  # was: exit 0, every step failing with a TypeError
     ("intervals", "evaluate_after_s", "x"),  # was: exit 0, accepted unchecked

@@ -197,3 +197,14 @@ def test_restart_model_round_trips_and_defaults_to_none():
 def test_a_topology_file_may_give_state_without_a_restore_rate():
     data = _mutated(("operators", 2, "state_mb"), 100.0)
     assert parse_model(data, require_profiles=False).state_mb == 100.0
+
+
+def test_a_file_name_no_file_can_have_is_a_model_error():
+    # an embedded NUL (found by the run-config fuzz) is a ValueError from the OS layer: a typed
+    # ModelError naming the path, not a traceback
+    from modeler.errors import ModelError
+    from modeler.modelfile import load_model
+
+    with pytest.raises(ModelError) as info:
+        load_model("model\0.yaml")
+    assert "not a valid file name" in info.value.message
