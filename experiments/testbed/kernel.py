@@ -28,17 +28,7 @@ import collections
 
 import numpy as np
 
-try:  # pragma: no cover - depends on the environment
-    from numba import njit
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover
-    HAVE_NUMBA = False
-
-    def njit(*args, **kwargs):
-        if args and callable(args[0]):
-            return args[0]
-        return lambda f: f
+from modeler._jit import HAVE_NUMBA, njit  # noqa: F401 (HAVE_NUMBA: read by callers)
 
 
 # event kinds
