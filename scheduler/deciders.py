@@ -79,6 +79,12 @@ def undo_decision(evaluation, context: DecisionContext) -> Decision | None:
     return None
 
 
+def windows_in_force(ctx: DecisionContext, current: Mapping[str, int], window_s: float) -> list:
+    """The history's windows that ended within the last ``window_s`` seconds under ``current``:
+    what a scale-down sizes from (the highest rate over the scale-down delay)."""
+    return [h for h in ctx.history if h.end_s > ctx.now_s - window_s and dict(h.config) == current]
+
+
 # ------------------------------------------------------------------ model
 
 
@@ -116,9 +122,7 @@ class ModelDecider:
     def _peak(self, ctx: DecisionContext, current: Mapping[str, int], offered: float) -> float:
         if not self.peak_window_s:
             return offered
-        rates = [h.offered_rate for h in ctx.history
-                 if h.end_s > ctx.now_s - self.peak_window_s and dict(h.config) == current]
-        return max([offered] + rates)
+        return max([offered] + [h.offered_rate for h in windows_in_force(ctx, current, self.peak_window_s)])
 
     def _forecast(self, ctx: DecisionContext) -> tuple[float | None, str | None]:
         if self.load_forecast is None:
@@ -222,8 +226,8 @@ class ReactiveDecider:
         if w is None:
             return no_action(self.path, ("no new settled metrics",))
         current = dict(ctx.config)
-        offered = [{s.operator: s.arrival_rate for s in h.sources} for h in ctx.history
-                   if h.end_s > ctx.now_s - self.peak_window_s and dict(h.config) == current]
+        offered = [{s.operator: s.arrival_rate for s in h.sources}
+                   for h in windows_in_force(ctx, current, self.peak_window_s)]
         proposals = resolve(w, evaluation.diagnoses, ctx.model, offered, self.config,
                             history=ctx.history, targets=ctx.targets)
         return proposals_decision(self.path, proposals)
@@ -437,8 +441,7 @@ class PreemptiveDecider:
         restores all its state, so one figure serves every change), else ``restart_s``."""
         from modeler.restart import restart_time_s
 
-        if model.restart_base_s is None and not model.state_mb:
-            return float(self.config.restart_s)
+        # without a restart model restart_time_s is the default base, the configured restart_s
         some = next((op for op in model.operators if not op.is_source), None)
         if some is None:
             return float(self.config.restart_s)
