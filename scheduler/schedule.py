@@ -384,6 +384,7 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     # 5. Timeline with lead times (7: restart-aware issue times).
     lead = pd.Timedelta(seconds=lead_s)
     shift_steps = int(config.shift_s // step_s) if config.restart_s > 0 and step_s > 0 else 0
+    grid = pd.Timedelta(seconds=step_s)
     variable_ops = [n for n in compiled.names if not compiled.model.operator(n).is_source]
     recs: list[Reconfiguration] = []
     reasons: list[str] = []
@@ -419,8 +420,8 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
                 peak_i = s + int(np.argmax(demand[s:e]))
                 why = f"forecast rises to {demand[peak_i]:,.1f} tuples/s at {idx[peak_i]}"
                 if shift_steps and not late:
-                    issue, note = _cheapest_issue(issue, -shift_steps, earliest, issue, cfg_n, merged_cfg[n - 1],
-                                                  forecast, capacity, config, variable_ops)
+                    issue, note = _cheapest_issue(issue, -shift_steps, grid, earliest, issue, cfg_n,
+                                                  merged_cfg[n - 1], forecast, capacity, config, variable_ops)
                     why += note
             else:
                 issue, late = start, False
@@ -428,8 +429,8 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
                        f"{config.stabilization_s / 60:g} min")
                 if shift_steps:
                     nxt = idx[seg[n + 1][0]] - lead if n + 1 < len(seg) else idx[-1]
-                    issue, note = _cheapest_issue(issue, shift_steps, issue, nxt - lead, cfg_n, merged_cfg[n - 1],
-                                                  forecast, capacity, config, variable_ops)
+                    issue, note = _cheapest_issue(issue, shift_steps, grid, issue, nxt - lead, cfg_n,
+                                                  merged_cfg[n - 1], forecast, capacity, config, variable_ops)
                     why += note
             effective = issue + lead
         recs.append(Reconfiguration(issue_at=issue, effective_at=effective,
@@ -512,16 +513,14 @@ def _price_scale_downs(compiled: CompiledModel, seg: list, cfgs: list, values: n
     return seg, cfgs, reasons
 
 
-def _cheapest_issue(default: pd.Timestamp, steps: int, lo: pd.Timestamp, hi: pd.Timestamp, new: dict, old: dict,
-                    forecast: pd.Series, capacity, config: ScheduleConfig, variable) -> tuple[pd.Timestamp, str]:
+def _cheapest_issue(default: pd.Timestamp, steps: int, step: pd.Timedelta, lo: pd.Timestamp, hi: pd.Timestamp,
+                    new: dict, old: dict, forecast: pd.Series, capacity, config: ScheduleConfig,
+                    variable) -> tuple[pd.Timestamp, str]:
     """Step 7: the issue time within ``steps`` grid steps of ``default`` (negative: earlier, a
     scale-up; positive: later, a scale-down), inside ``[lo, hi]``, with the least restart
     violation (``restart_violation_s`` at the forecast load then) plus the instance-hours the
     larger configuration is held for longer, at the exchange rate. Returns it and a note for
-    the reason when it moved."""
-    step = forecast.index[1] - forecast.index[0] if len(forecast) > 1 else pd.Timedelta(0)
-    if step <= pd.Timedelta(0):
-        return default, ""
+    the reason when it moved. ``step``: the forecast's grid step (> 0)."""
     extra = abs(sum(int(new[n]) for n in variable) - sum(int(old[n]) for n in variable))
     mu = capacity(new)
 
