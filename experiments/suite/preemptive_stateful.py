@@ -89,6 +89,10 @@ def run_case(case: Case) -> list[dict]:
     known = {op.name: op.state_mb for op in truth.operators}
     learned = replace(learned, operators=tuple(replace(op, state_mb=known.get(op.name, 0.0)) for op in learned.operators),
                       restart_base_s=truth.restart_base_s, restore_mb_per_s=truth.restore_mb_per_s)
+    from modeler.restart import restart_time_s
+
+    some = next(op for op in truth.operators if not op.is_source)
+    restart_s = restart_time_s(truth, {some.name: some.parallelism}, {some.name: some.parallelism + 1})
     rows = []
     for policy in POLICIES:
         params = replace(base, shift_s=case.shift_s if policy == "augury/shift" else 0.0)
@@ -97,14 +101,9 @@ def run_case(case: Case) -> list[dict]:
         tl = r.timeline
         peak = float(tl["rate"].max()) or 1.0
         changes = tl[tl["applied"]]
-        from modeler.restart import restart_time_s
-
-        some = next(op for op in truth.operators if not op.is_source)
-        rows.append({"state_mb": case.state_mb,
-                     "restart_s": restart_time_s(truth, {some.name: some.parallelism},
-                                                 {some.name: some.parallelism + 1}),
-                     "trace": tr, "seed": case.seed, **summary(r, case.days),
-                     "restart_share": (summary(r, case.days)["restart_violation_minutes"] / r.violation_minutes
+        figures = summary(r, case.days)
+        rows.append({"state_mb": case.state_mb, "restart_s": restart_s, "trace": tr, "seed": case.seed, **figures,
+                     "restart_share": (figures["restart_violation_minutes"] / r.violation_minutes
                                        if r.violation_minutes > 0 else math.nan),
                      "load_at_change": float((changes["rate"] / peak).mean()) if len(changes) else math.nan})
     return rows
