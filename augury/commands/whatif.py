@@ -147,11 +147,8 @@ def run(args: argparse.Namespace) -> int:
             for chunk in chunks:
                 writer.write(chunk)
                 cheapest.update(chunk)
-                # A configuration's rows may span two chunks: its first row carries its max rate.
-                per_config = W.config_table(chunk)
-                per_config = per_config[per_config["config_id"] > last_config]
+                per_config, last_config = _new_configs(chunk, last_config)
                 if len(per_config):
-                    last_config = int(per_config["config_id"].iloc[-1])
                     config_writer.write(per_config)
                     frontier.update(per_config)
                 bar.update(len(chunk))
@@ -220,12 +217,21 @@ def sweep_in_memory(compiled, space, rates, goal, *, chunk_rows: int = 50_000, d
             deadline()
         rows += len(chunk)
         cheapest.update(chunk)
-        per_config = W.config_table(chunk)
-        per_config = per_config[per_config["config_id"] > last_config]
+        per_config, last_config = _new_configs(chunk, last_config)
         if len(per_config):
-            last_config = int(per_config["config_id"].iloc[-1])
             frontier.update(per_config)
     return summary_fields(rows, compiled, space, rates, goal, frontier, cheapest.result(rates))
+
+
+def _new_configs(chunk: pd.DataFrame, last_config: int) -> tuple[pd.DataFrame, int]:
+    """The per-configuration rows of ``chunk`` not seen before (``config_id`` > ``last_config``)
+    and the new last id: a configuration's rows may span two chunks, and its first row carries
+    its max rate."""
+    from scheduler import whatif as W
+
+    per_config = W.config_table(chunk)
+    per_config = per_config[per_config["config_id"] > last_config]
+    return per_config, (int(per_config["config_id"].iloc[-1]) if len(per_config) else last_config)
 
 
 def _is_spark_failure(err: BaseException) -> bool:

@@ -72,6 +72,13 @@ FORECAST_FLAGS = st.fixed_dictionaries({}, optional={
 })
 
 
+def _write_series(path: Path, header, rows) -> Path:
+    """The generated series as a CSV file at ``path``."""
+    lines = [",".join(_cell(h) for h in header)] + [",".join(_cell(c) for c in row) for row in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
 @FUZZ
 @example(series=(("ts", "value"), [["1e11", "5"], ["2024-05-01T12:01:00Z", "6"]]), flags={"--horizon": "1h"},
          backtest=False)
@@ -84,9 +91,7 @@ def test_forecast_series_files(series, flags, backtest):
     header, rows = series
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        path = tmp / "s.csv"
-        lines = [",".join(_cell(h) for h in header)] + [",".join(_cell(c) for c in row) for row in rows]
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        path = _write_series(tmp / "s.csv", header, rows)
         flags = {"--horizon": "1h", **flags}
         argv = ["forecast", str(path), "--json", "--no-track", *[x for kv in flags.items() for x in kv]]
         if backtest:
@@ -105,9 +110,7 @@ def test_schedule_series_files(series, lead, rate_model):
     header, rows = series
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        path = tmp / "s.csv"
-        lines = [",".join(_cell(h) for h in header)] + [",".join(_cell(c) for c in row) for row in rows]
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        path = _write_series(tmp / "s.csv", header, rows)
         argv = ["schedule", str(EXAMPLES / "pipeline.yaml"), "--series", str(path), "--horizon", "30m",
                 "--lead-time", lead, "--json"]
         code, out, err = run(argv)
