@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 from history.errors import OutputError
+from modeler.errors import UsageError
 
 
 def _fail(path: Path, err: OSError, flag: str | None) -> OutputError:
@@ -29,23 +30,32 @@ def _fail(path: Path, err: OSError, flag: str | None) -> OutputError:
 
 
 def check_writable(path: str | Path, flag: str | None = None, *, create_parent: bool = True) -> Path:
-    """Fail now (``OutputError``) when ``path`` could not be written later: its directory cannot
-    be created or written, or ``path`` is a directory. Creates the parent directory when
-    ``create_parent``."""
+    """Fail now (``OutputError``) when ``path`` could not be written later: ``path`` is a
+    directory, or its directory (or, when that is missing and ``create_parent``, the nearest
+    existing directory above it, where the writer will create it) is not a writable directory.
+
+    Creates nothing that stays: a command that then fails on its input leaves no empty
+    directories behind (the writer, ``atomic_path``, creates a missing directory when it writes)."""
     path = Path(path)
-    if path.is_dir():
-        raise OutputError("is a directory, expected a file", file=str(path), field=flag)
-    parent = path.parent
     try:
-        if create_parent:
-            parent.mkdir(parents=True, exist_ok=True)
-        elif not parent.is_dir():
+        if path.is_dir():
+            raise OutputError("is a directory, expected a file", file=str(path), field=flag)
+        parent = path.parent
+        existing = parent
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if existing != parent and not create_parent:
             raise OutputError("the directory does not exist", file=str(path), field=flag)
-        probe = parent / f".{path.name}.{uuid.uuid4().hex[:8]}.probe"
+        if not existing.is_dir():
+            raise OutputError(f"cannot write the output ({existing} is not a directory)", file=str(path),
+                              field=flag)
+        probe = existing / f".{path.name[:64]}.{uuid.uuid4().hex[:8]}.probe"  # [:64]: within NAME_MAX
         probe.touch()
         probe.unlink()
     except OSError as err:
         raise _fail(path, err, flag) from None
+    except ValueError as err:  # an embedded NUL: no file can have this name (bad input)
+        raise UsageError(f"not a valid file name ({err})", field=flag, value=str(path)) from None
     return path
 
 
@@ -54,7 +64,7 @@ def atomic_path(path: str | Path, flag: str | None = None) -> Iterator[Path]:
     """A temporary path to write instead of ``path``; renamed over ``path`` when the block ends
     without an exception (``path`` then holds the whole new file), removed otherwise."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = path.with_name(f".{path.name[:64]}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")  # any valid name
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         yield tmp

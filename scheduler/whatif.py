@@ -509,6 +509,8 @@ class TableWriter:
 
     def write(self, chunk: pd.DataFrame) -> None:
         chunk = chunk[list(self.columns)]
+        if self.rows == 0:  # the first chunk: create the directory (checked writable before the work)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.kind == "parquet":
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -523,6 +525,7 @@ class TableWriter:
         self.rows += len(chunk)
 
     def close(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.kind == "parquet":
             if self._writer is None:
                 import pyarrow.parquet as pq

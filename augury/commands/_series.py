@@ -101,3 +101,17 @@ def check_plot_path(plot: str | None) -> None:
         plot_dir = Path(plot).expanduser().resolve().parent
         if not plot_dir.is_dir():
             raise UsageError("the plot's directory does not exist", field="--plot", value=plot)
+        from history.files import check_writable
+
+        check_writable(Path(plot).expanduser(), "--plot", create_parent=False)  # exit 3 now, not after the work
+
+
+def save_plot(figure, plot: str) -> None:
+    """``figure`` saved to ``plot`` atomically (the format from its suffix)."""
+    from pathlib import Path
+
+    from history.files import atomic_path
+
+    path = Path(plot).expanduser()
+    with atomic_path(path, "--plot") as tmp:
+        figure.savefig(tmp, format=path.suffix.lower().lstrip("."), dpi=110, bbox_inches="tight")

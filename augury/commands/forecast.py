@@ -24,7 +24,7 @@ from augury.commands._common import print_json
 from augury.commands._series import (METHOD_CHOICES, add_series_flags, check_plot_path,  # noqa: F401
                                      horizon_s as _horizon_s, horizon_steps as _horizon_steps,
                                      positive_int as _positive_int, read_regular_series,
-                                     series_options)
+                                     save_plot, series_options)
 from augury.errors import UsageError
 
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         payload = _forecast_payload(fitted, result, args.series, horizon_s)
         figure = _forecast_figure(reg, fitted, result) if (args.plot or not args.no_track) else None
     if args.plot:
-        figure.savefig(args.plot, dpi=110, bbox_inches="tight")
+        save_plot(figure, args.plot)
     if not args.no_track:
         _track(args, payload, figure, quantiles, horizon_s)
     if args.json:

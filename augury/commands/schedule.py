@@ -21,7 +21,7 @@ import argparse
 
 from augury.commands._common import parse_config, parse_duration_s, parse_positive_float, print_json
 from augury.commands._series import (add_series_flags, check_plot_path, horizon_s, horizon_steps,
-                                     positive_int, read_regular_series, series_options)
+                                     positive_int, read_regular_series, save_plot, series_options)
 from augury.errors import UsageError
 
 
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     })
     if args.plot:
         fig = schedule_figure(history, fc.timestamps, fc.point, sched, q)
-        fig.savefig(args.plot, dpi=110, bbox_inches="tight")
+        save_plot(fig, args.plot)
     if args.json:
         print_json(payload)
     else:

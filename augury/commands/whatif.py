@@ -116,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
                          field="--rates", value=args.rates)
     from history.files import check_writable
 
-    check_writable(out, "--out")  # its directory created and writable (exit 3 naming --out), before the work
+    check_writable(out, "--out")  # its directory writable or creatable (exit 3 naming --out), before the work
+    if args.plots:  # checked before the work too, not after the table is written
+        check_writable(Path(args.plots) / "max_rate.png", "--plots")
 
     spark, stop_spark = None, False
     if args.spark_master:

@@ -25,3 +25,20 @@ def test_missing_directories_of_out_are_created(tmp_path, capsys):
                  "--no-progress"]) == 0
     assert out.is_file()
     assert not [p for p in out.parent.iterdir() if p.name.endswith((".probe", ".partial"))]
+
+
+def test_an_unwritable_plots_directory_exits_3_before_the_work(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")  # a file where the plots' directory should be
+    out = tmp_path / "t" / "w.csv"
+    code = main(["whatif", str(EXAMPLES / "pipeline.yaml"), "--rates", "100:200:3", "--out", str(out),
+                 "--plots", str(tmp_path / "file" / "plots"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and len(err.splitlines()) == 1 and "field '--plots'" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # no table, not even its directory
+
+
+def test_bad_input_leaves_no_directory_behind(tmp_path, capsys):
+    out = tmp_path / "a" / "b" / "w.csv"
+    code = main(["whatif", str(EXAMPLES / "pipeline.yaml"), "--rates", "100:200:3", "--sweep", "nope=1..3",
+                 "--out", str(out), "--no-progress"])
+    assert code == 2 and not (tmp_path / "a").exists()

@@ -34,3 +34,25 @@ def test_an_unwritable_output_is_an_environment_failure(tmp_path):
         check_writable(tmp_path, "--out")
     with pytest.raises(OutputError):
         write_text(tmp_path / "file" / "out.txt", "x", "--out")
+
+
+def test_check_writable_creates_nothing_and_the_writer_makes_the_directory(tmp_path):
+    path = tmp_path / "a" / "b" / "out.txt"
+    check_writable(path, "--out")
+    assert list(tmp_path.iterdir()) == []  # a command failing after the check leaves no empty directory
+    write_text(path, "x")
+    assert path.read_text() == "x"
+    with pytest.raises(OutputError, match="does not exist"):
+        check_writable(tmp_path / "c" / "out.txt", "--plot", create_parent=False)
+
+
+def test_check_writable_names_a_bad_file_name_and_a_long_one_writes(tmp_path):
+    from modeler.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        check_writable(tmp_path / "a\0b.txt", "--out")
+    assert info.value.exit_code == 2 and info.value.field == "--out"
+    long_name = tmp_path / ("x" * 250 + ".csv")  # a valid name: its temporary and probe names stay valid too
+    check_writable(long_name, "--out")
+    write_text(long_name, "x")
+    assert long_name.read_text() == "x" and [p.name for p in tmp_path.iterdir()] == [long_name.name]
