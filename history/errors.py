@@ -2,7 +2,9 @@
 
 ``HistoryError`` is the root (a bad input: exit code 2 on the command line). ``AdapterError``
 is a file that cannot be read in its declared format at all (rows that are merely invalid are
-quarantined, not raised). ``StoreError`` is a store directory that is missing or corrupt.
+quarantined, not raised). ``StoreError`` is a store directory that is missing or not a store (the
+wrong directory named: bad input); ``CorruptStore`` a store whose own files are damaged (an
+environment failure, exit code 3: restore the file or rebuild the store).
 ``SparkUnavailable`` is an environment failure (no Java, Spark cannot start): exit code 3, as is
 ``OutputError`` (an output file that cannot be written: read-only, no permission, disk full).
 """
@@ -22,6 +24,14 @@ class AdapterError(HistoryError):
 
 class StoreError(HistoryError):
     """The metric store directory is missing, not a store, or its manifest is corrupt."""
+
+
+class CorruptStore(StoreError):
+    """A file of the metric store cannot be read as the store's (a Parquet file overwritten,
+    truncated or with a damaged page; a corrupt manifest): the store augury wrote is damaged, an
+    environment failure like a failing disk, not a bad input."""
+
+    exit_code = 3
 
 
 class SparkUnavailable(HistoryError):

@@ -38,7 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from history.errors import StoreError
+from history.errors import CorruptStore, StoreError
 from history.schema import (KEY_COLUMNS, QUARANTINE_COLUMNS, QUARANTINE_SCHEMA, RAW_COLUMNS,
                             RAW_SCHEMA, TABLE_SCHEMAS, TABLES, Reason, job_fits_path)
 from history.validate import quarantine_frame, time_violations
@@ -136,7 +136,7 @@ class MetricStore:
         except FileNotFoundError:
             raise StoreError("no such metric store", file=str(self.path)) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise StoreError(f"corrupt manifest ({err})", file=str(path)) from None
+            raise CorruptStore(f"corrupt manifest ({err})", file=str(path)) from None
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise StoreError("unsupported manifest format", file=str(path), field="format",
                              value=manifest.get("format") if isinstance(manifest, dict) else None)
@@ -429,7 +429,7 @@ class MetricStore:
 @contextlib.contextmanager
 def _corrupt_file_is_a_store_error(path: str) -> Iterator[None]:
     """A store file that pyarrow cannot read as the store's Parquet (not Parquet at all, a damaged
-    footer, another schema) is a corrupt store: ``StoreError`` (exit 2) naming the file. A missing
+    footer, another schema) is a corrupt store: ``CorruptStore`` (exit 3) naming the file. A missing
     file and the operating system's own errors (an ``OSError`` with an errno: no permission, I/O)
     pass unchanged: the first is retried by the caller, the others are environment failures
     (exit 3). pyarrow's own ``OSError`` (no errno: "Couldn't deserialize thrift") is a damaged file."""
@@ -442,7 +442,7 @@ def _corrupt_file_is_a_store_error(path: str) -> Iterator[None]:
             raise
         first = (str(err).splitlines() or [type(err).__name__])[0]
         first = re.sub(r"^Could not open Parquet input source '.*?': ", "", first)  # the path, again
-        raise StoreError(f"corrupt store file, not readable as the store's Parquet ({first[:200]}); "
+        raise CorruptStore(f"corrupt store file, not readable as the store's Parquet ({first[:200]}); "
                          "restore it from a copy or rebuild the store with `augury ingest`", file=path) from None
 
 

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
 
-from history.errors import HistoryError, StoreError
+from history.errors import CorruptStore, HistoryError, StoreError
 from history.pipeline import resolve_window, summarize
 from history.schema import TABLES
 from history.store import MetricStore
@@ -83,7 +83,7 @@ def _unreadable_file_is_a_store_error():
         path = found.group(1)
         while path.startswith("//"):
             path = path[1:]
-        raise StoreError("Spark cannot read this store file (its Parquet footer reads, so most likely a damaged "
+        raise CorruptStore("Spark cannot read this store file (its Parquet footer reads, so most likely a damaged "
                          "data page; Spark's log has the cause); restore it from a copy or rebuild the store "
                          "with `augury ingest`", file=path) from None
 

@@ -142,8 +142,9 @@ def test_not_a_store_and_missing_store_are_errors(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / MANIFEST).write_text("{not json")
-    with pytest.raises(StoreError, match="corrupt manifest"):
+    with pytest.raises(StoreError, match="corrupt manifest") as info:
         MetricStore(bad)
+    assert info.value.exit_code == 3  # the store's own file damaged: an environment failure
 
 
 def test_tables_are_empty_with_their_columns_before_summarize(tmp_path):

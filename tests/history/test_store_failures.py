@@ -1,7 +1,8 @@
 """A read-only store and a store with a corrupt Parquet partition, end to end through
 ``augury.cli.main`` (issue 22): ``augury ingest``, ``augury history summarize`` and ``augury
-calibrate`` exit 3 (environment: the store cannot be written) or 2 (bad input: a store file is not
-the store's Parquet) with one line naming the store or the file, no traceback, no Java stack on
+calibrate`` exit 3 (environment: the store cannot be written, or a file of the store is not the
+store's Parquet: the store is damaged; issue 22 files a corrupt partition with the environment
+failures) with one line naming the store or the file, no traceback, no Java stack on
 the terminal, and the store as it was.
 """
 
@@ -129,7 +130,7 @@ def test_calibrate_from_a_read_only_store_works(tmp_path, capsys):
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "pages"])
 @pytest.mark.spark
-def test_summarize_a_corrupt_raw_partition_exits_2_naming_the_file(tmp_path, capsys, small_spark, damage):
+def test_summarize_a_corrupt_raw_partition_exits_3_naming_the_file(tmp_path, capsys, small_spark, damage):
     # garbage / truncated: the footer check finds it before Spark runs; pages: the footer is intact,
     # Spark's read fails, and the failure is mapped to the same error (its Java stack is not shown).
     store = ingested(tmp_path)
@@ -143,14 +144,14 @@ def test_summarize_a_corrupt_raw_partition_exits_2_naming_the_file(tmp_path, cap
     capsys.readouterr()
     before = snapshot(store)
     code, out, err = run(capsys, "history", "summarize", "--store", store)
-    assert code == 2 and out == "", err
+    assert code == 3 and out == "", err
     line = one_error_line(err, "history")
     assert part in line and ("corrupt store file" in line or "cannot read this store file" in line)
     assert snapshot(store) == before
     assert MetricStore(store).summary() is None
 
 
-def test_ingest_into_a_corrupt_partition_exits_2_and_changes_nothing(tmp_path, capsys):
+def test_ingest_into_a_corrupt_partition_exits_3_and_changes_nothing(tmp_path, capsys):
     store = ingested(tmp_path)
     [part] = MetricStore(store).raw_files()
     Path(part).write_bytes(b"PAR1" + b"\x00" * 64)
@@ -159,7 +160,7 @@ def test_ingest_into_a_corrupt_partition_exits_2_and_changes_nothing(tmp_path, c
     # the same job and day: the partition must be merged, and cannot be read
     code, out, err = run(capsys, "ingest", "--format", "prometheus", FIXTURES / "prometheus_flink.txt",
                          "--ts", "2024-05-01T12:00:10Z", "--store", store)
-    assert code == 2 and out == ""
+    assert code == 3 and out == ""
     line = one_error_line(err, "ingest")
     assert part in line and "corrupt store file" in line
     assert snapshot(store) == before
@@ -167,7 +168,7 @@ def test_ingest_into_a_corrupt_partition_exits_2_and_changes_nothing(tmp_path, c
 
 
 @pytest.mark.parametrize("damage", ["garbage", "pages"])
-def test_calibrate_from_a_corrupt_table_exits_2_and_writes_nothing(tmp_path, capsys, damage):
+def test_calibrate_from_a_corrupt_table_exits_3_and_writes_nothing(tmp_path, capsys, damage):
     ops, edges = _chain_history(ROWS, selectivity=2.0)
     store = Path(_store_with(tmp_path, ops, edges))
     [table] = MetricStore(store).table_files("operator_windows")
@@ -177,7 +178,7 @@ def test_calibrate_from_a_corrupt_table_exits_2_and_writes_nothing(tmp_path, cap
         _damage_pages(Path(table))
     out = tmp_path / "model.yaml"
     code, stdout, err = run(capsys, "calibrate", "--store", store, "--job", "j", "--out", out, "--no-track")
-    assert code == 2 and stdout == "", err
+    assert code == 3 and stdout == "", err
     line = one_error_line(err, "calibrate")
     assert table in line and "corrupt store file" in line
     assert not out.exists()
