@@ -36,6 +36,14 @@ class StateError(AuguryError):
     exit_code = 3
 
 
+class NotAStateDatabase(StateError):
+    """The file named as the state database is not one (missing, empty, not SQLite, or another
+    program's database): the wrong file was named, a bad input (exit code 2), not a failure of
+    the environment."""
+
+    exit_code = 2
+
+
 @dataclass(frozen=True)
 class BlacklistConfig:
     """How long an action that did not help stays banned."""
@@ -242,9 +250,10 @@ class SQLiteStateStore:
 
     @classmethod
     def open_existing(cls, path: str | Path) -> "SQLiteStateStore":
-        """Open for reading; a missing file is a ``StateError`` (never creates one)."""
+        """Open for reading (never creates one); a missing, empty or foreign file is
+        ``NotAStateDatabase`` (exit 2), a database that cannot be read a ``StateError`` (exit 3)."""
         if not Path(path).is_file():
-            raise StateError("no such state database", file=str(path))
+            raise NotAStateDatabase("no such state database", file=str(path))
         # Read-only look first: an empty file or another SQLite database is refused, not given
         # augury's schema (opening for reading never writes).
         try:
@@ -255,10 +264,11 @@ class SQLiteStateStore:
             finally:
                 probe.close()
         except sqlite3.DatabaseError as err:
-            raise StateError(f"not a usable state database ({err})", file=str(path)) from None
+            kind = NotAStateDatabase if getattr(err, "sqlite_errorname", "") == "SQLITE_NOTADB" else StateError
+            raise kind(f"not a usable state database ({err})", file=str(path)) from None
         if found is None:
-            raise StateError("not an augury state database (empty, or written by something else)",
-                             file=str(path))
+            raise NotAStateDatabase("not an augury state database (empty, or written by something else)",
+                                    file=str(path))
         return cls(path)
 
     def close(self) -> None:

@@ -93,3 +93,18 @@ def test_opening_for_reading_never_writes_a_schema(tmp_path):
     assert other.read_bytes() == before
     SQLiteStateStore(tmp_path / "real.db").close()
     assert SQLiteStateStore.open_existing(tmp_path / "real.db").actions() == []
+
+
+@pytest.mark.parametrize("content", [None, b"", b"not sqlite" * 100])
+def test_augury_log_on_a_file_that_is_not_a_state_database_exits_2(tmp_path, capsys, content):
+    """The wrong file named with --state (missing, empty, not SQLite) is a bad input: exit 2 with
+    one line naming it, and the file as it was (issue 22)."""
+    from augury.cli import main
+
+    path = tmp_path / "state.db"
+    if content is not None:
+        path.write_bytes(content)
+    assert main(["log", "--state", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("augury log: error: ") and str(path) in err
+    assert (path.read_bytes() == content) if content is not None else not path.exists()
