@@ -302,7 +302,7 @@ class _Ctx:
                 return None
             raise self.fail("is required", name)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail("must be a number", name, value)
+            raise self.fail("must be a number" + _text_number_hint(value), name, value)
         if integer and isinstance(value, float) and not value.is_integer():
             raise self.fail("must be an integer", name, value)
         if isinstance(value, float) and not math.isfinite(value):
@@ -322,6 +322,19 @@ class _Ctx:
         if extra:
             raise self.fail(f"unknown key (allowed: {', '.join(sorted(allowed))})",
                             f"{where}.{extra[0]}" if where else extra[0], extra[0])
+
+
+def _text_number_hint(value: Any) -> str:
+    """Why a number-like text is text: YAML 1.1 (PyYAML) reads ``1e300`` (no ``.``) as a string."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        if "e" in value.lower() and "." not in value:
+            return f", not text (YAML reads an exponent without a '.' as text: write {float(value):.1e})"
+        return ", not text"
+    return ""
 
 
 def _parse_keys(ctx: _Ctx, raw: Any, where: str) -> KeySpec:

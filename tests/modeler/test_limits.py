@@ -66,6 +66,17 @@ def test_zipf_key_count_and_scaling_factor_and_version_are_checked():
         parse_model(data)
 
 
+def test_an_exponent_yaml_reads_as_text_is_named_so():
+    """``network_delay_ms: 1e300`` (issue 22's example) is text to YAML 1.1: the error says so and
+    how to write the number, which is then checked against its limit."""
+    text = (EXAMPLES / "pipeline.yaml").read_text()
+    assert "network_delay_ms: 0.1" in text
+    with pytest.raises(ModelError, match=r"not text \(YAML reads an exponent without a '\.' as text: write 1\.0e\+300\)"):
+        parse_model_text(text.replace("network_delay_ms: 0.1", "network_delay_ms: 1e300"), "m.yaml")
+    with pytest.raises(ModelError, match="documented limit"):
+        parse_model_text(text.replace("network_delay_ms: 0.1", "network_delay_ms: 1.0e+300"), "m.yaml")
+
+
 def test_deep_nesting_is_a_model_error():
     with pytest.raises(ModelError, match="nested too deeply"):
         parse_model_text("[" * 100_000 + "]" * 100_000, "deep.json")
