@@ -328,6 +328,23 @@ class PreemptiveConfig:
     """``scheduler.schedule`` step 7: a priced change may move up to this many seconds (a
     scale-up earlier, a scale-down later) to where the forecast load is lower and its restart
     cheaper (s); 0 = at its default time."""
+    miss_correction_s: float = 2 * 3600.0
+    """When the load leaves the upper band (a forecast miss), the re-plan scales the forecast
+    path by the miss (measured / forecast now) and lets that correction fade with this time
+    constant (s): a level the forecaster missed (a match day, a news spike) is planned for in
+    one step instead of being chased window by window; 0 = no correction (the measured load
+    is only the floor)."""
+    miss_utilization_target: float = 0.7
+    """When the load leaves the upper band, the forecast has been shown wrong: that re-plan
+    sizes at this utilization target (or the targets' own, when lower) instead of the SLO
+    ceiling, the margin a reactive scaler keeps (the Flink autoscaler's 0.7), until the next
+    periodic re-plan restores the ceiling. 1.0 = the targets' own."""
+    safe_scale_down: bool = True
+    """Hold a planned scale-down unless the smaller configuration covers both the forecast's
+    upper band (``band_quantile``) over the next ``stabilization_s`` and the highest load
+    measured over the last ``stabilization_s`` (at the utilization target). A scale-down
+    undone within the hour costs two restarts and their drains; holding it costs a few
+    instance-minutes (the asymmetry the Flink autoscaler's 1 h scale-down delay answers)."""
 
 
 def epoch_clock(now_s: float) -> pd.Timestamp:
@@ -368,6 +385,9 @@ class PreemptiveDecider:
         self.forecast_methods_: list[str] = []
         self.reactive_replans_ = 0
         self._fitted = None
+        self._band: pd.Series | None = None
+        self.correction_ = 1.0
+        """The factor the last re-plan scaled the forecast path by (1.0: none; ``miss_correction_s``)."""
         self._fitted_at: pd.Timestamp | None = None
         self._next_replan: pd.Timestamp | None = None
         self._quiet_until: pd.Timestamp | None = None
@@ -465,6 +485,27 @@ class PreemptiveDecider:
         before = band[band.index <= now]
         return float(before.iloc[-1] if len(before) else band.iloc[0])
 
+    def _unsafe_scale_down(self, now: pd.Timestamp, ctx: DecisionContext, target: Mapping[str, int]) -> str | None:
+        """Why the scale-down to ``target`` is held (``safe_scale_down``), None when it is safe:
+        the smaller configuration's capacity at the utilization target must cover the upper
+        band over the next ``stabilization_s`` and the highest load measured over the last."""
+        p = self.config
+        span = pd.Timedelta(seconds=p.stabilization_s)
+        need, why = 0.0, ""
+        band = getattr(self, "_band", None)
+        if band is not None and len(band):
+            ahead = band[(band.index > now - self.grid()) & (band.index <= now + span)]
+            if len(ahead) and float(ahead.max()) > need:
+                need, why = float(ahead.max()), f"the forecast's {p.band_quantile:g} band reaches"
+        seen = [v for t, v in self._measured.items() if t >= now - span]
+        if seen and max(seen) > need:
+            need, why = max(seen), "the load measured over the last hour reached"
+        cap = self.capacity(ctx.model, target, ctx.targets)
+        if need <= cap:
+            return None
+        return (f"scale-down held: {why} {need:,.0f}/s within {p.stabilization_s / 60:g} min, above the "
+                f"{cap:,.0f}/s the smaller configuration takes at the utilization target")
+
     def _forget(self, now: pd.Timestamp) -> None:
         """Drop the measurements older than ``history_days`` before ``now``: ``history`` never
         hands them to the forecaster again, and a long run keeps its memory bounded."""
@@ -472,7 +513,8 @@ class PreemptiveDecider:
         while self._measured and next(iter(self._measured)) < oldest:
             self._measured.popitem(last=False)
 
-    def _replan(self, now: pd.Timestamp, measured: float, ctx: DecisionContext, keep_current: bool) -> None:
+    def _replan(self, now: pd.Timestamp, measured: float, ctx: DecisionContext, keep_current: bool,
+                missed: bool = False, recent: float = 0.0) -> None:
         import numpy as np
 
         from modeler.forecast import Forecaster
@@ -492,15 +534,35 @@ class PreemptiveDecider:
         fc = self._fitted.forecast(steps, quantiles=tuple(dict.fromkeys(quantiles)))
         stamps = pd.DatetimeIndex(fc.timestamps)
         forecast = pd.Series(np.asarray(fc.quantiles[p.quantile], float), index=stamps)
-        forecast = forecast[forecast.index > now]
         if 0 < p.band_quantile < 1:
             self._band = pd.Series(np.asarray(fc.quantiles[p.band_quantile], float), index=stamps)
+        self.correction_ = 1.0
+        if missed and p.miss_correction_s > 0:
+            # The forecaster missed the level (the load is above its upper band): scale the path by
+            # the miss, fading over miss_correction_s, so the schedule sizes for the level now seen.
+            at_now = forecast[forecast.index <= now]
+            expected = float(at_now.iloc[-1]) if len(at_now) else float(forecast.iloc[0])
+            ratio = float(recent) / expected if expected > 0 else 1.0
+            if ratio > 1.0:
+                ahead_s = np.maximum((forecast.index - now).total_seconds().to_numpy(), 0.0)
+                fade = np.exp(-ahead_s / p.miss_correction_s)
+                forecast = forecast * (1.0 + (ratio - 1.0) * fade)
+                if getattr(self, "_band", None) is not None:
+                    band_ahead = np.maximum((self._band.index - now).total_seconds().to_numpy(), 0.0)
+                    self._band = self._band * (1.0 + (ratio - 1.0) * np.exp(-band_ahead / p.miss_correction_s))
+                self.correction_ = ratio
+        forecast = forecast[forecast.index > now]
+        targets = ctx.targets
+        if missed and p.miss_utilization_target < targets.utilization_target:
+            from dataclasses import replace as _replace
+
+            targets = _replace(targets, utilization_target=p.miss_utilization_target)
         cfg = ScheduleConfig(lead_time_s=p.lead_time_s, stabilization_s=p.stabilization_s,
                              max_reconfigurations_per_day=p.max_reconfigurations_per_day,
-                             plan=PlanConfig(ctx.targets), restart_s=self.restart_s(ctx.model, ctx.config),
+                             plan=PlanConfig(targets), restart_s=self.restart_s(ctx.model, ctx.config),
                              shift_s=p.shift_s,
                              violation_s_per_instance_hour=p.violation_s_per_instance_hour)
-        key = (id(ctx.model), ctx.targets)
+        key = (id(ctx.model), targets)
         if key != self._plans_key:
             self._plans, self._plans_key = {}, key
         recent = [self.clock(t) for t in ctx.recent_changes_s]
@@ -534,12 +596,15 @@ class PreemptiveDecider:
         notes: list[str] = []
         if self._next_replan is None or now >= self._next_replan or hot:
             try:
-                self._replan(now, measured, ctx, keep_current=scheduled)
+                self._replan(now, measured, ctx, keep_current=scheduled, missed=missed and hot, recent=recent)
                 if hot and self._next_replan is not None and now < self._next_replan:
                     self.reactive_replans_ += 1
                     self._quiet_until = now + pd.Timedelta(seconds=p.quiet_s)
                     notes.append(f"re-planned at once: the load {recent:,.0f}/s left the forecast's "
-                                 f"{p.band_quantile:g} quantile band ({band:,.0f}/s)" if missed else
+                                 f"{p.band_quantile:g} quantile band ({band:,.0f}/s)"
+                                 + (f"; the forecast path scaled by {self.correction_:.2f}, fading over "
+                                    f"{p.miss_correction_s / 3600:g} h" if self.correction_ > 1.0 else "")
+                                 if missed else
                                  f"re-planned at once: measured {measured:,.0f}/s is past "
                                  f"{p.reactive_trigger:.0%} of the capacity in force")
                 if self._next_replan is None:
@@ -569,6 +634,11 @@ class PreemptiveDecider:
                 reasons += [f"floor from the model decider: {r}" for r in floor.reasons[:2]]
             target = raised
         target = {**current, **{k: int(v) for k, v in target.items() if k in current}}
+        if p.safe_scale_down and any(target[k] < current[k] for k in target):
+            held = self._unsafe_scale_down(now, ctx, target)
+            if held is not None:
+                target = {k: max(target[k], current[k]) for k in target}
+                reasons.append(held)
         changed = tuple(k for k in target if target[k] != current[k])
         if not changed:
             return no_action(self.path, tuple(reasons) or ("the schedule keeps the configuration in force",))

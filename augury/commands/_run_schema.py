@@ -369,6 +369,8 @@ RANGES: dict[str, str] = {
     "PreemptiveConfig.reactive_trigger": "(0, inf)",
     "PreemptiveConfig.quiet_s": "[0, inf)",
     "PreemptiveConfig.history_days": "(0, inf)",
+    "PreemptiveConfig.miss_correction_s": "[0, inf)",
+    "PreemptiveConfig.miss_utilization_target": "(0, 1]",
     # scheduler.forecasting.LoadForecastConfig (mirrors LoadForecastConfig.check)
     "LoadForecastConfig.quantile": "(0, 1)",
     "LoadForecastConfig.lookahead_s": "[0, inf)",

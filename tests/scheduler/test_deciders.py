@@ -189,8 +189,59 @@ def test_preemptive_replans_when_the_load_leaves_the_forecast_band(band_quantile
     decisions, _ = _windows_through(decider, ev, ctx, 6, 300.0)
     assert decider.reactive_replans_ == replans and len(decider.schedules_) == 1 + replans
     if replans:
-        assert decider.band_at(clock(ctx.now_s)) == pytest.approx(1000.0)
+        # the miss re-scales the path and its band by measured / forecast (1,300 / 1,000)
+        assert decider.correction_ == pytest.approx(1.3)
+        assert decider.band_at(clock(ctx.now_s)) == pytest.approx(1300.0, rel=1e-3)
         assert any("left the forecast's 0.95 quantile band" in r for d in decisions for r in d.reasons)
+
+
+@pytest.mark.parametrize("correct, expected_a", [(True, 3), (False, 2)])
+def test_preemptive_plans_a_missed_level_at_the_reactive_margin(correct, expected_a):
+    # a flat history at 1,000/s, then 1,500/s offered to a=2, b=1 (75 % busy). Under a latency SLO
+    # the ceiling is 0.9, so a=2 still takes 1,800/s and the plain schedule keeps it; but the load
+    # left the band: the forecast missed, so the re-plan scales the path by 1.5 and sizes at the
+    # reactive margin 0.7 (a: 1,500 / 700 -> 3; b: 1,500 / 1,400 -> 2). Without the correction
+    # and margin the configuration in force is kept.
+    ev, ctx = setup(1500.0, targets=Targets(latency_slo_ms=1000.0))
+    assert ctx.targets.utilization_target == pytest.approx(0.9)
+    history = pd.Series(1000.0, index=pd.date_range(end="2026-01-08 10:00", periods=7 * 96, freq="15min"))
+    start = pd.Timestamp("2026-01-08 10:15")
+    clock = lambda s: start + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
+    cfg = PreemptiveConfig(method="seasonal-naive", replan_s=1e9, band_quantile=0.95, quiet_s=1e9,
+                           miss_correction_s=7200.0 if correct else 0.0,
+                           miss_utilization_target=0.7 if correct else 1.0)
+    decider = PreemptiveDecider(cfg, read_history=lambda: history, clock=clock)
+    decisions, _ = _windows_through(decider, ev, ctx, 4, 300.0)
+    scaled = [d for d in decisions if d.kind == DecisionKind.SCALE]
+    if correct:
+        assert scaled and scaled[-1].config["a"] == expected_a and scaled[-1].config["b"] == 2
+        assert decider.correction_ == pytest.approx(1.5)
+        assert any("scaled by 1.50" in r for d in decisions for r in d.reasons)
+    else:
+        assert not scaled
+
+
+def test_preemptive_holds_a_scale_down_the_band_or_the_last_hour_does_not_allow():
+    # a=3, b=2 in force; the smaller a=1, b=1 takes 700/s at 0.7. Held while the upper band
+    # over the next hour or the load measured over the last hour exceeds that; safe otherwise.
+    ev, ctx = setup(500.0, config={"a": 3, "b": 2})
+    now = pd.Timestamp("2026-01-08 10:00")
+    decider = PreemptiveDecider(PreemptiveConfig(stabilization_s=3600.0), clock=lambda s: now)
+    decider._grid = pd.Timedelta(minutes=15)
+    smaller = {"source": 1, "a": 1, "b": 1}
+    steps = pd.date_range(now - pd.Timedelta(minutes=15), periods=12, freq="15min")
+
+    decider._band = pd.Series(600.0, index=steps)
+    decider._measured.update({now - pd.Timedelta(minutes=30): 650.0, now - pd.Timedelta(minutes=5): 500.0})
+    assert decider._unsafe_scale_down(now, ctx, smaller) is None
+    decider._band = pd.Series([600.0, 600.0, 600.0, 900.0] + [600.0] * 8, index=steps)  # 900/s in 30 min
+    why = decider._unsafe_scale_down(now, ctx, smaller)
+    assert why and "band reaches 900/s" in why and "700/s" in why
+    decider._band = pd.Series(600.0, index=steps)
+    decider._measured[now - pd.Timedelta(minutes=50)] = 800.0  # the last hour saw 800/s
+    assert "measured over the last hour reached 800/s" in decider._unsafe_scale_down(now, ctx, smaller)
+    decider._measured = type(decider._measured)({now - pd.Timedelta(minutes=70): 800.0})  # older: forgotten
+    assert decider._unsafe_scale_down(now, ctx, smaller) is None
 
 
 def test_preemptive_prices_changes_with_the_models_restart_time():
