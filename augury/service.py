@@ -23,7 +23,7 @@ the ``--json`` object of the same command for the same inputs:
 
 Security: every path but ``/healthz`` needs ``Authorization: Bearer <token>`` (compared with
 ``hmac.compare_digest``; the token is never logged nor echoed); bodies above
-``max_body_bytes`` get 413 before they are parsed; the CPU work runs on ``workers`` threads;
+``max_body_bytes`` get 413 before they are parsed; plan, what-if and admission run on ``workers`` threads (predict and validate, one evaluation each, on the event loop);
 uvicorn answers 503 beyond ``max_connections`` at once; plan and what-if stop at
 ``time_budget_s`` (422 naming the budget). Every bad request gets a 4xx JSON
 ``{"error", "field", "value"}``; no traceback ever leaves the server.
@@ -81,11 +81,17 @@ class ServeConfig:
     max_connections: int = 64
     """Connections served at once (uvicorn's ``limit_concurrency``: 503 beyond)."""
     workers: int = 2
-    """Threads computing answers (the CPU work runs there, one request each)."""
+    """Threads computing what-if sweeps, admission reviews and reloads (and plans without
+    ``processes``), one request each."""
+    processes: int = 2
+    """Worker processes computing predictions, validations and plans (0: none; then predict and
+    validate are answered on the event loop and plans on the ``workers`` threads). Threads share
+    one interpreter lock: only processes put a second core to work."""
     time_budget_s: float = 10.0
     """Per-request time budget of plan, what-if and admission, s (queueing for a worker included)."""
     request_timeout_s: float = 30.0
-    """Budget of every other computing request (predict, validate), s."""
+    """Budget of a model reload, s. (Predict and validate, one evaluation each, are answered on
+    the event loop: a thread hop cost more than the evaluation.)"""
     plan_max_evaluations: int = 200_000
     """Search budget of ``/v1/plan`` (``PlanConfig.max_evaluations``), configurations."""
     whatif_max_rows: int = 1_000_000
@@ -113,7 +119,7 @@ class ServeConfig:
             raise UsageError("every endpoint but /healthz needs a bearer token: give --token-file",
                              field="--token-file")
         for name, value, low in (("--max-body-bytes", self.max_body_bytes, 1), ("--workers", self.workers, 1),
-                                 ("--max-connections", self.max_connections, 1)):
+                                 ("--max-connections", self.max_connections, 1), ("--processes", self.processes, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise UsageError(f"expected an integer >= {low}", field=name, value=value)
         if not (isinstance(self.time_budget_s, (int, float)) and math.isfinite(self.time_budget_s)
@@ -149,6 +155,10 @@ class Unauthorized(ServeError):
     status = 401
 
 
+class Unavailable(ServeError):
+    status = 503
+
+
 def read_token(path: str) -> str:
     """The bearer token: the first line of ``path``, stripped (``UsageError`` when unreadable or empty)."""
     try:
@@ -179,6 +189,13 @@ class LoadedModel:
     """``modeler.queueing.CompiledModel``."""
     loaded_at: float
     """Unix time, s."""
+    text: str = ""
+    """The file's text (what the worker processes parse and compile, once per version)."""
+
+    @property
+    def ref(self) -> tuple[str, str, str, str]:
+        """(name, version, text, file): what a worker process needs to hold this model."""
+        return (self.name, self.version, self.text, self.file)
 
     def info(self) -> dict:
         calibration = self.model.calibration or {}
@@ -237,9 +254,10 @@ class ModelRegistry:
                         new[name] = prev
                         unchanged.append(name)
                         continue
-                    model = parse_model_text(data.decode("utf-8"), source=str(path))
+                    text = data.decode("utf-8")
+                    model = parse_model_text(text, source=str(path))
                     compiled = compile_model(model)
-                    new[name] = LoadedModel(name, str(path), version, model, compiled, time.time())
+                    new[name] = LoadedModel(name, str(path), version, model, compiled, time.time(), text)
                     loaded.append(name)
                 except (AuguryError, OSError, UnicodeDecodeError) as err:
                     entry = {"file": path.name, "error": str(err) if not isinstance(err, AuguryError) else err.message,
@@ -254,6 +272,157 @@ class ModelRegistry:
             self.rejected = rejected
         return {"loaded": loaded, "unchanged": unchanged, "removed": removed, "rejected": rejected,
                 "models": sorted(new)}
+
+
+def warm_up(models: list[tuple[Any, Any]]) -> None:
+    """Answer one prediction per model and plan the smallest model once, answers discarded, so the
+    first real request does not pay for the lazy imports and numba's compiled kernels (loaded from
+    its cache, or compiled): measured 0.7-1.8 s on the first predict otherwise."""
+    from augury.commands import plan as plan_cmd
+    from augury.commands import predict as predict_cmd
+    from augury.commands import validate as validate_cmd  # noqa: F401 (imported for its import cost)
+
+    for model, compiled in models:
+        try:
+            max_rate = predict_cmd.answer(model, {}, 1.0, compiled=compiled)[0].max_rate
+            rate = 0.5 * max_rate if math.isfinite(max_rate) else 1.0
+            predict_cmd.to_json(*predict_cmd.answer(model, {}, rate, compiled=compiled))
+        except (AuguryError, ArithmeticError, ValueError) as err:  # the model's own answer: not ours to judge
+            log.debug("warm-up prediction of %s: %s", model.job, err)
+    if models:
+        model, compiled = min(models, key=lambda m: len(m[0].operator_names))
+        try:
+            max_rate = predict_cmd.answer(model, {}, 1.0, compiled=compiled)[0].max_rate
+            rate = 0.5 * max_rate if math.isfinite(max_rate) else 1.0
+            plan_cmd.to_json(*plan_cmd.answer(model, rate, 0.7, None, "p99", compiled=compiled,
+                                              max_evaluations=2_000))
+        except (AuguryError, ArithmeticError, ValueError) as err:
+            log.debug("warm-up plan of %s: %s", model.job, err)
+
+
+# ----------------------------------------------------------------------------- worker processes
+
+# What a worker process holds: (name, version) -> (JobModel, CompiledModel), one version per name.
+_WORKER_MODELS: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
+def _worker_model(ref: tuple[str, str, str, str]) -> tuple[Any, Any]:
+    """The model ``ref`` = (name, version, text, file), parsed and compiled on first use (after a
+    reload the server sends the new version; the old one is dropped)."""
+    name, version, text, file = ref
+    found = _WORKER_MODELS.get((name, version))
+    if found is None:
+        from modeler.modelfile import parse_model_text
+        from modeler.queueing import compile_model
+
+        model = parse_model_text(text, source=file)
+        found = (model, compile_model(model))
+        for key in [k for k in _WORKER_MODELS if k[0] == name]:
+            del _WORKER_MODELS[key]
+        _WORKER_MODELS[(name, version)] = found
+    return found
+
+
+def _worker_start(refs: list[tuple[str, str, str, str]]) -> None:
+    """A worker process's initializer: exit with the server, hold the models and warm up."""
+    import os
+
+    server = os.getppid()
+
+    def exit_with_the_server() -> None:
+        # The pool's own shutdown needs the server to live on after it: uvicorn ends on SIGTERM by
+        # raising the signal again (no atexit), and a SIGKILL gives no notice at all.
+        while os.getppid() == server:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=exit_with_the_server, name="augury-serve-parent-watch", daemon=True).start()
+    models = []
+    for ref in refs:
+        try:
+            models.append(_worker_model(ref))
+        except AuguryError:  # the server loaded it: cannot happen, and a request would say so
+            pass
+    warm_up(models)
+
+
+def _worker_ready() -> int:
+    return 0
+
+
+def _worker_predict(ref, config: dict, rate: float) -> dict:
+    from augury.commands import predict as predict_cmd
+
+    model, compiled = _worker_model(ref)
+    return predict_cmd.to_json(*predict_cmd.answer(model, config, rate, compiled=compiled))
+
+
+def _worker_validate(ref, rate: float, config: dict, u: float, slo: float | None, stat: str) -> dict:
+    from augury.commands import validate as validate_cmd
+
+    model, compiled = _worker_model(ref)
+    return validate_cmd.answer(model, rate, config, u, slo, stat, compiled=compiled).to_dict()
+
+
+def _worker_plan(ref, rate: float, u: float, slo: float | None, stat: str, align: bool, max_evaluations: int) -> dict:
+    from augury.commands import plan as plan_cmd
+
+    model, compiled = _worker_model(ref)
+    result, restart = plan_cmd.answer(model, rate, u, slo, stat, align, compiled=compiled,
+                                      max_evaluations=max_evaluations)
+    return plan_cmd.to_json(result, restart)
+
+
+class ProcessPool:
+    """``processes`` worker processes (``spawn``: a fresh interpreter each, nothing inherited from
+    the server's threads), started and warmed up with the registry's models before the server
+    answers. A request names its model by (name, version, text): a worker parses a version it
+    has not seen once. A pool whose worker died is replaced (the request that saw it gets 503)."""
+
+    def __init__(self, processes: int, registry: ModelRegistry) -> None:
+        self.processes = processes
+        self.registry = registry
+        self.pool = self._start()
+
+    def _start(self):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, wait
+
+        pool = ProcessPoolExecutor(max_workers=self.processes, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_worker_start, initargs=([m.ref for m in self.registry.list()],))
+        # one task per worker while none is idle: every worker is spawned (and warmed up) now
+        ready = [pool.submit(_worker_ready) for _ in range(self.processes)]
+        wait(ready)
+        if any(f.exception() is not None for f in ready):
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise RuntimeError("the worker processes did not start (a script that starts the server needs "
+                               "multiprocessing's `if __name__ == '__main__':` guard; or run with processes=0)")
+        return pool
+
+    async def run(self, fn: Callable, *args) -> Any:
+        from concurrent.futures.process import BrokenProcessPool
+
+        pool = self.pool
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+        except BrokenProcessPool:
+            if self.pool is pool:  # the first request to see it replaces it
+                log.error("a worker process died: starting new ones")
+                pool.shutdown(wait=False, cancel_futures=True)
+                self.pool = await asyncio.get_running_loop().run_in_executor(None, self._start)
+            raise Unavailable("a worker process died while answering: ask again", field="processes",
+                              value=self.processes) from None
+
+    def shutdown(self) -> None:
+        """Stop the workers and wait for them (their queues released cleanly: no resource tracker
+        warning); a request past its time budget may still be computing, bounded by its search
+        budget."""
+        import gc
+
+        pool, self.pool = self.pool, None
+        pool.shutdown(wait=True, cancel_futures=True)
+        del pool
+        gc.collect()  # the queues' semaphores released now: uvicorn ends by raising SIGTERM again
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -492,6 +661,9 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
     if registry is None:
         registry = ModelRegistry(config.models_dir)
         registry.reload()
+    procs = ProcessPool(config.processes, registry) if config.processes > 0 else None
+    if procs is None:
+        warm_up([(m.model, m.compiled) for m in registry.list()])
     metrics = Metrics()
     executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="augury-serve")
     mapping_box: list = [None]
@@ -515,7 +687,7 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
 
     async def compute(fn: Callable[[], Any], budget_s: float, what: str) -> Any:
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(executor, fn)
+        future = loop.run_in_executor(executor, fn) if callable(fn) else asyncio.ensure_future(fn)
         try:
             return await asyncio.wait_for(asyncio.shield(future), budget_s)
         except asyncio.TimeoutError:
@@ -534,7 +706,7 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
     @app.exception_handler(AuguryError)
     async def _augury_error(request: Request, err: AuguryError):
         status = getattr(err, "status", 400)
-        status = status if isinstance(status, int) and 400 <= status < 500 else 400
+        status = status if isinstance(status, int) and (400 <= status < 500 or status == 503) else 400
         return Response(_dumps(error_body(err.message, err.field, err.value)), status_code=status,
                         media_type="application/json")
 
@@ -594,14 +766,20 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
     async def predict(body: PredictIn):
         m = app.state.registry.get(body.model)
 
-        def run():
-            return predict_cmd.to_json(*predict_cmd.answer(m.model, body.config, body.rate, compiled=m.compiled))
-        return answer(await compute(run, config.request_timeout_s, "the prediction"))
+        if procs is not None:
+            return answer(await procs.run(_worker_predict, m.ref, body.config, body.rate))
+        # Without worker processes: one evaluation (~1-3 ms) on the event loop. Handing it to a
+        # thread and back cost more than the evaluation (two thread hops, the GIL to and fro).
+        return answer(predict_cmd.to_json(*predict_cmd.answer(m.model, body.config, body.rate, compiled=m.compiled)))
 
     @app.post("/v1/plan")
     async def plan(body: PlanIn):
         m = app.state.registry.get(body.model)
         u, slo, stat = targets_of(body)
+
+        if procs is not None:
+            return answer(await compute(procs.run(_worker_plan, m.ref, body.rate, u, slo, stat, body.align,
+                                                  config.plan_max_evaluations), config.time_budget_s, "the plan"))
 
         def run():
             result, restart = plan_cmd.answer(m.model, body.rate, u, slo, stat, body.align, compiled=m.compiled,
@@ -626,9 +804,10 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
                                  value=err.value) from None
         cfg = {**proposal, **(body.config or {})}
 
-        def run():
-            return validate_cmd.answer(m.model, body.rate, cfg, u, slo, stat, compiled=m.compiled).to_dict()
-        return answer(await compute(run, config.request_timeout_s, "the validation"))
+        if procs is not None:
+            return answer(await procs.run(_worker_validate, m.ref, body.rate, cfg, u, slo, stat))
+        # one evaluation, as predict: on the event loop
+        return answer(validate_cmd.answer(m.model, body.rate, cfg, u, slo, stat, compiled=m.compiled).to_dict())
 
     @app.post("/v1/whatif")
     async def whatif(body: WhatifIn):
@@ -680,6 +859,9 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
                                     "the admission review"))
 
     app.router.on_shutdown.append(lambda: executor.shutdown(wait=False, cancel_futures=True))
+    if procs is not None:
+        app.router.on_shutdown.append(procs.shutdown)
+    app.state.processes = procs
     return Guard(app, token, config.max_body_bytes, metrics)
 
 

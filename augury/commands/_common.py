@@ -46,6 +46,15 @@ def parse_positive_float(text: str, flag: str) -> float:
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` with non-finite floats as None, dict keys as strings, tuples as lists and numpy
+    scalars as Python numbers (``json.dumps(..., allow_nan=False)`` then accepts it)."""
+    kind = type(value)  # the plain JSON types first, by exact type: a predict answer is ~60 of them
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is dict:
+        return {k if type(k) is str else str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

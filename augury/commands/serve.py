@@ -23,7 +23,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--key", default=None, metavar="K", help="TLS private key (PEM)")
     parser.add_argument("--admission", default=None, metavar="MAPPING",
                         help="mapping file for /v1/admission: FlinkDeployment -> model, rate, targets")
-    parser.add_argument("--workers", default="2", help="threads computing answers (default 2)")
+    parser.add_argument("--workers", default="2",
+                        help="threads computing what-if sweeps, admission reviews and reloads (default 2)")
+    parser.add_argument("--processes", default="2",
+                        help="worker processes computing predictions, validations and plans (default 2; 0: in the "
+                             "server process: predict and validate on its event loop, plans on --workers threads)")
     parser.add_argument("--max-body-bytes", default="1048576", help="largest request body (default 1 MiB)")
     parser.add_argument("--max-connections", default="64", help="connections at once; 503 beyond (default 64)")
     parser.add_argument("--time-budget", default="10s", help="time budget of plan/whatif/admission (default 10s)")
@@ -47,6 +51,7 @@ def config_from_args(args: argparse.Namespace):
     config = ServeConfig(models_dir=args.models, host=args.host, port=_int(args.port, "--port"),
                          token_file=args.token_file, cert_file=args.cert, key_file=args.key,
                          admission_file=args.admission, workers=_int(args.workers, "--workers"),
+                         processes=_int(args.processes, "--processes"),
                          max_body_bytes=_int(args.max_body_bytes, "--max-body-bytes"),
                          max_connections=_int(args.max_connections, "--max-connections"),
                          time_budget_s=parse_duration_s(args.time_budget, "--time-budget"), log_level=args.log_level)

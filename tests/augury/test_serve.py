@@ -196,6 +196,25 @@ def test_a_bad_model_file_is_rejected_and_the_good_ones_keep_serving(tmp_path):
         assert c.post("/v1/predict", json={"model": "pipeline", "rate": 100}).status_code == 200
 
 
+def test_the_worker_processes_answer_with_the_reloaded_version(tmp_path, capsys):
+    # The answers are computed in worker processes (processes=1 here), which hold the models by
+    # version: after a reload they must answer with the new file, as the CLI does on it.
+    shutil.copy(EXAMPLES / "wordcount.yaml", tmp_path / "wordcount.yaml")
+    config = _config(tmp_path, processes=1)
+    body = {"model": "wordcount", "rate": 1500, "config": {"count": 4}}
+    with BackgroundServer(create_app(config, TOKEN), config) as server, \
+            httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as c:
+        before = c.post("/v1/predict", json=body).json()
+        path = tmp_path / "wordcount.yaml"
+        path.write_text(path.read_text().replace("service_time_ms: 0.2", "service_time_ms: 0.25"))
+        assert c.post("/v1/models/reload").json()["loaded"] == ["wordcount"]
+        after = c.post("/v1/predict", json=body).json()
+        plan = c.post("/v1/plan", json={"model": "wordcount", "rate": 1500, "latency_slo_ms": 20}).json()
+    assert after != before and after["max_rate"] < before["max_rate"]
+    assert _cli_json(capsys, ["predict", str(path), "--rate", "1500", "--config", "count=4", "--json"])[1] == after
+    assert _cli_json(capsys, ["plan", str(path), "--rate", "1500", "--latency-slo-ms", "20", "--json"])[1] == plan
+
+
 # ------------------------------------------------------------------ the command line
 
 
@@ -264,8 +283,9 @@ def test_plan_and_whatif_stop_at_the_time_budget(models_dir, monkeypatch):
         return real_answer(*args, **kwargs)
 
     monkeypatch.setattr(plan_cmd, "answer", slow_answer)
+    # processes=0: the plan runs on the server's threads, where the slowed planner is
     config = ServeConfig(models_dir=str(models_dir), port=0, token_file="unused", log_level="warning",
-                         time_budget_s=1e-6)
+                         time_budget_s=1e-6, processes=0)
     with BackgroundServer(create_app(config, TOKEN), config) as server, \
             httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as c:
         r = c.post("/v1/whatif", json={"model": "wordcount", "rates": "1:1000:50", "sweep": ["split=1..100"]})
