@@ -22,6 +22,8 @@ MAX_PARALLELISM = 10_000
 """Parallelism (and min/max parallelism) of one operator."""
 MAX_KEYS = 10_000_000
 """Key count of a key distribution (zipf/uniform ``count``, ``weights`` entries)."""
+MAX_BUFFER_TUPLES = 1_000_000_000
+"""Input buffer of one operator instance, tuples (``buffer_tuples``)."""
 MAX_MODEL_NUMBER = 1e12
 """Any other number in a model file (times in ms, selectivities, scvs, rate shares, exponents)."""
 MAX_RATES = 1_000_000

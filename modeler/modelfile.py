@@ -5,6 +5,7 @@ YAML or JSON, same content::
     augury: 1
     job: wordcount
     network_delay_ms: 0.1            # optional, per hop
+    buffer_tuples: 1000              # optional: bounded input buffers (blocking), per instance
     restart_base_s: 10               # optional restart model (modeler.restart)
     restore_mb_per_s: 50             # needed when an operator has state_mb > 0
     operators:
@@ -14,7 +15,7 @@ YAML or JSON, same content::
       - {name: count, parallelism: 2, service_time_ms: 0.2, state_mb: 2000}
     edges:
       - {from: source, to: split, grouping: shuffle, selectivity: 1.0}
-      - {from: split, to: count, grouping: key, selectivity: 7.0,
+      - {from: split, to: count, buffer_tuples: 200, grouping: key, selectivity: 7.0,
          keys: {distribution: zipf, exponent: 1.0, count: 10000}}
 
 Units: times in ms, rates in tuples/s; the restart model's times in s and state in MB (MB/s
@@ -25,6 +26,12 @@ the caller's default base (the testbed's ``restart_s``). Every problem found whi
 ``ModelError`` naming the file, the field (``operators[2].service_time_ms``) and the value.
 
 ``parse_model`` is pure (dict in, ``JobModel`` out); ``load_model`` reads the file and calls it.
+``buffer_tuples`` (optional, job-wide or per edge; an edge's value wins) is the input buffer of
+each instance of the edge's target, in tuples waiting (not counting the one in service): the
+credits of credit-based flow control. When it is full the sending instance blocks after service
+until a slot frees (``modeler.queueing``, "Bounded buffers"). Absent everywhere (the default),
+buffers are unbounded: the model of every file without the key is unchanged.
+
 ``require_profiles=False`` accepts a *topology file*: the same format without service times,
 which calibration fills in.
 """
@@ -41,7 +48,7 @@ import networkx as nx
 import yaml
 
 from modeler.errors import ConfigError, ModelError
-from modeler.limits import MAX_KEYS, MAX_MODEL_NUMBER, MAX_OPERATORS, MAX_PARALLELISM
+from modeler.limits import MAX_BUFFER_TUPLES, MAX_KEYS, MAX_MODEL_NUMBER, MAX_OPERATORS, MAX_PARALLELISM
 
 MODEL_VERSION = 1
 GROUPINGS = ("shuffle", "key", "broadcast", "forward")
@@ -50,14 +57,14 @@ KEY_DISTRIBUTIONS = ("uniform", "zipf")
 SCALING_FORMS = ("linear", "contention", "table")
 
 _TOP_KEYS = {
-    "augury", "job", "network_delay_ms", "buffer_timeout_ms", "buffer_records",
+    "augury", "job", "network_delay_ms", "buffer_timeout_ms", "buffer_records", "buffer_tuples",
     "restart_base_s", "restore_mb_per_s", "operators", "edges", "calibration",
 }
 _OPERATOR_KEYS = {
     "name", "role", "parallelism", "service_time_ms", "service_scv", "min_parallelism",
     "max_parallelism", "rate_share", "arrival_scv", "scaling", "state_mb",
 }
-_EDGE_KEYS = {"from", "to", "grouping", "selectivity", "keys"}
+_EDGE_KEYS = {"from", "to", "grouping", "selectivity", "keys", "buffer_tuples"}
 _KEYS_KEYS = {"distribution", "exponent", "count", "weights"}
 _SCALING_KEYS = {"form", "overhead", "parallelism", "factor"}
 
@@ -149,6 +156,9 @@ class EdgeSpec:
     selectivity: float = 1.0
     """Tuples emitted on this edge per tuple processed by the upstream operator."""
     keys: KeySpec | None = None
+    buffer_tuples: int | None = None
+    """Input buffer of each instance of ``target`` for this edge's tuples, in tuples waiting
+    (credits; the one in service not counted); None = the job's ``buffer_tuples``."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +174,10 @@ class JobModel:
     """Output buffer flush timeout (Flink execution.buffer-timeout), ms; 0 = flush per record."""
     buffer_records: int = 1
     """Records that fill one output buffer (flush before the timeout when full)."""
+    buffer_tuples: int | None = None
+    """Input buffer of every operator instance, tuples waiting (credits of credit-based flow
+    control; the tuple in service not counted), for edges that give none; None = unbounded
+    (no blocking: the model before bounded buffers)."""
     calibration: Mapping[str, Any] | None = None
     """Free-form section written by calibration (diagnostics, fitted forms); kept as-is."""
     source_file: str | None = None
@@ -244,6 +258,11 @@ class JobModel:
         config = self.resolve_config(overrides)
         ops = tuple(replace(op, parallelism=config[op.name]) for op in self.operators)
         return replace(self, operators=ops)
+
+    def edge_buffer(self, edge: EdgeSpec) -> int | None:
+        """The input buffer (tuples) an edge's tuples meet at each target instance: the edge's
+        own ``buffer_tuples``, else the job's; None = unbounded."""
+        return edge.buffer_tuples if edge.buffer_tuples is not None else self.buffer_tuples
 
     def has_profiles(self) -> bool:
         return all(op.service_time_ms is not None for op in self.operators if not op.is_source)
@@ -453,7 +472,10 @@ def _parse_edge(ctx: _Ctx, raw: Any, i: int, names: set[str]) -> EdgeSpec:
         keys = _parse_keys(ctx, raw["keys"], f"{where}.keys")
     elif grouping == "key":
         keys = KeySpec()
-    return EdgeSpec(source=ends[0], target=ends[1], grouping=grouping, selectivity=selectivity, keys=keys)
+    buffer = ctx.number(raw, "buffer_tuples", where, None, non_negative=True, integer=True, allow_none=True,
+                        maximum=MAX_BUFFER_TUPLES)
+    return EdgeSpec(source=ends[0], target=ends[1], grouping=grouping, selectivity=selectivity, keys=keys,
+                    buffer_tuples=buffer)
 
 
 def parse_model(data: Any, source: str | None = None, *, require_profiles: bool = True) -> JobModel:
@@ -471,6 +493,8 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
     network = ctx.number(data, "network_delay_ms", "", 0.0, non_negative=True)
     buffer_timeout = ctx.number(data, "buffer_timeout_ms", "", 0.0, non_negative=True)
     buffer_records = ctx.number(data, "buffer_records", "", 1, positive=True, integer=True)
+    buffer_tuples = ctx.number(data, "buffer_tuples", "", None, non_negative=True, integer=True, allow_none=True,
+                               maximum=MAX_BUFFER_TUPLES)
     restart_base = ctx.number(data, "restart_base_s", "", None, non_negative=True, allow_none=True)
     restore_rate = ctx.number(data, "restore_mb_per_s", "", None, positive=True, allow_none=True)
 
@@ -523,7 +547,7 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
 
     model = JobModel(
         job=job, operators=tuple(operators), edges=tuple(edges), network_delay_ms=network,
-        buffer_timeout_ms=buffer_timeout, buffer_records=buffer_records,
+        buffer_timeout_ms=buffer_timeout, buffer_records=buffer_records, buffer_tuples=buffer_tuples,
         calibration=data.get("calibration"), source_file=source,
         restart_base_s=restart_base, restore_mb_per_s=restore_rate,
     )
@@ -615,6 +639,8 @@ def model_to_dict(model: JobModel) -> dict[str, Any]:
                 if e.keys.count is not None:
                     k["count"] = e.keys.count
                 raw["keys"] = k
+        if e.buffer_tuples is not None:
+            raw["buffer_tuples"] = e.buffer_tuples
         edges.append(raw)
     out: dict[str, Any] = {"augury": MODEL_VERSION, "job": model.job}
     if model.network_delay_ms:
@@ -622,6 +648,8 @@ def model_to_dict(model: JobModel) -> dict[str, Any]:
     if model.buffer_timeout_ms:
         out["buffer_timeout_ms"] = model.buffer_timeout_ms
         out["buffer_records"] = model.buffer_records
+    if model.buffer_tuples is not None:
+        out["buffer_tuples"] = model.buffer_tuples
     if model.restart_base_s is not None:
         out["restart_base_s"] = model.restart_base_s
     if model.restore_mb_per_s is not None:

@@ -50,6 +50,39 @@ What is modelled (``docs/design.md`` section 2), and the assumptions:
    one quantile on the 10-operator benchmark DAG (2-core machine at load ~3), against ~190k/s
    for the rest; ~6-8 ms for one configuration of a 50-operator DAG. The gamma fit itself
    (``approx_latency``) is the planner's cheap ranking heuristic.
+5. **Bounded buffers** (``buffer_tuples``, job-wide or per edge; ``_Blocking``). Each instance
+   of an edge's target has room for K tuples waiting (credits; the one in service not counted).
+   A sender that finishes a tuple for a full receiver holds it, blocked, until the receiver
+   starts its next tuple (blocking after service, as credit-based flow control and the
+   testbed do). Decomposition, one receiver instance at a time, in reverse topological order:
+   the receiver holds n in 0..N, N = K + 2 (K waiting, one in service, one held by a blocked
+   sender), with P(n) = P0 for n = 0 and P0 r (1 - sigma) sigma^(n-1) / (1 - r) above,
+   sigma = r^a, a = 2/(1 + cs2) (``finite_queue``: the M/M/1/N queue exactly when a = 1; else
+   the heavy-traffic decay of a queue with Poisson arrivals and service SCV cs2); the offered
+   intensity r is the one whose utilization 1 - P0 is the receiver's (r > utilization: senders
+   offer faster while the receiver has room). A tuple sent blocks with probability
+   P(N-1) / (1 - P(N)) and then waits the receiver's residual service, E[S'](1 + cs2')/2 (its
+   own effective service: blocking propagates upstream hop by hop). The sender's **effective
+   service** S' = S + (tuples sent per tuple) x P(block) x residual (second moment with an
+   exponential residual) sets (a) **throughput**: ``max_rate`` is the rate at which the hottest
+   instance's effective utilization reaches 1 (a root in the rate: S' grows with it), exact for
+   two exponential stations in tandem, mu2 (1 - P0) at r = mu1/mu2, N = K + 2 (the classic
+   result); and (b) **latency**: the sender's queue wait is the G/G/1 wait above at the
+   effective utilization and SCV. The receiver's wait is *not* truncated: the tuples that do
+   not fit wait for it upstream (held, or in the sender's queue) in the same order, so waiting
+   for the receiver is counted once, at the receiver, as unbounded, and what blocking adds is
+   the sender's lost capacity (exact when the sender is infinitely fast: then blocking changes
+   nothing). Service as a tuple's sojourn component stays the plain S; reported utilizations
+   stay busy time (service only, as engines report it; blocked time is back-pressured time).
+   Assumptions: a blocked sender waits for one service completion (several senders blocked
+   on one instance are not queued behind each other); a sender to several instances blocks
+   with their flow-weighted probability; edges out of operators without a service time never
+   block (their tuples wait in the source backlog in order: no effect). Measured against Ciw
+   (``tests/modeler/test_queueing.py``): two exponential stations with K = 2, mean within
+   ~2-8 % up to 0.85 of the (blocked) max rate, 10-12 % at 0.95; with service SCV 0.25 it
+   over-predicts near saturation. **Reduces exactly to the unbounded model** when no edge
+   has ``buffer_tuples`` (the computation is skipped) and, per receiver, wherever
+   utilization^(aN) < 1e-18 (a buffer never full to double precision: K = 1,000 below ~0.96).
 
 ``predict_batch`` evaluates many configurations and rates in one numpy pass; ``predict`` is the
 same computation for one configuration, so the two cannot disagree. Small batches (the planner's:
@@ -241,6 +274,8 @@ class _Edge:
     """Var(B) of the clump emitted per processed tuple: s for s > 1 (Poisson), s(1-s) for s <= 1."""
     table: np.ndarray | None
     """Key-grouping share table [p, instance] (``modeler.keys.share_table``)."""
+    buffer: float = np.inf
+    """The edge's input buffer at each target instance, tuples waiting (inf: unbounded)."""
 
 
 @dataclass(frozen=True)
@@ -291,6 +326,10 @@ class CompiledModel:
     max_p: np.ndarray
     forward_groups: tuple[tuple[int, ...], ...] = field(default=())
     """Operators tied together by forward edges (must share one parallelism)."""
+    buffer_tuples: np.ndarray | None = None
+    """Per operator, the input buffer (tuples waiting) of each instance that blocks its senders:
+    the smallest ``buffer_tuples`` over its in-edges from operators with a service time; inf
+    where none applies. None when no operator blocks (the unbounded model, bit for bit)."""
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -385,7 +424,14 @@ def compile_model(model: JobModel) -> CompiledModel:
         if e.grouping == "key":
             table = share_table(e.keys, model.operator(e.target).max_parallelism)
         in_edges[index[e.target]].append(
-            _Edge(index[e.source], index[e.target], e.grouping, s, float(batch_var), table))
+            _Edge(index[e.source], index[e.target], e.grouping, s, float(batch_var), table,
+                  float(model.edge_buffer(e)) if model.edge_buffer(e) is not None else np.inf))
+    buffers = np.full(len(order), np.inf)
+    for e in model.edges:
+        k = model.edge_buffer(e)
+        if k is not None and model.operator(e.source).service_time_ms:
+            v = index[e.target]
+            buffers[v] = min(buffers[v], float(k))
     forward = nx.Graph()
     forward.add_nodes_from(range(len(order)))
     forward.add_edges_from((index[e.source], index[e.target]) for e in model.edges if e.grouping == "forward")
@@ -403,6 +449,7 @@ def compile_model(model: JobModel) -> CompiledModel:
         min_p=np.array([op.min_parallelism for op in specs]),
         max_p=np.array([op.max_parallelism for op in specs]),
         forward_groups=groups,
+        buffer_tuples=buffers if np.isfinite(buffers).any() else None,
     )
 
 
@@ -480,6 +527,189 @@ def _waiting_parts(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.nda
     clump1 = es * (clump - 1.0) / 2.0
     clump2 = es**2 * (clump - 1.0) * (2.0 * clump - 1.0) / 6.0
     return queue1 + clump1, queue2 + 2.0 * queue1 * clump1 + clump2, positive
+
+
+# ----------------------------------------------------------- bounded buffers (blocking)
+
+
+def _trunc_geo_mean(s: np.ndarray, N: np.ndarray) -> np.ndarray:
+    """E[n] of n on 1..N with P(n) proportional to exp(s (n - 1)) (a truncated geometric of
+    ratio e^s, any sign of s): 1/(1 - e^s) - N e^{Ns}/(1 - e^{Ns}) in overflow-free form, and
+    its second-order expansion around s = 0 where the two terms cancel."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        exact = -1.0 / np.expm1(s) - N / np.expm1(-N * s)
+    near = (N + 1.0) / 2.0 + s * (N * N - 1.0) / 12.0
+    return np.where(np.abs(s) * N < 1e-6, near, exact)
+
+
+def _trunc_geo_last(s: np.ndarray, N: np.ndarray) -> np.ndarray:
+    """P(n = N) of ``_trunc_geo_mean``'s distribution: (1 - e^s) e^{(N-1)s} / (1 - e^{Ns})."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        pos = np.expm1(-s) / np.expm1(-N * s)
+        neg = np.exp((N - 1.0) * s) * np.expm1(s) / np.expm1(N * s)
+    return np.where(np.abs(s) * N < 1e-12, 1.0 / N, np.where(s > 0, pos, neg))
+
+
+def finite_queue(offered: np.ndarray, capacity: np.ndarray, shape: np.ndarray | float = 1.0) -> dict:
+    """One instance with room for ``capacity`` tuples in all (N; the one in service included)
+    whose senders offer tuples at intensity ``offered`` (rate x E[S]) while it has room: the
+    number present n is 0 with probability P0 = (1 - r)/(1 - r sigma^N) and else truncated
+    geometric of ratio sigma = r^shape on 1..N (r = ``offered``). ``shape`` = 1 is the M/M/1/N
+    queue exactly; ``_Blocking`` uses 2 / (1 + cs2), the heavy-traffic (diffusion) decay of a
+    queue with Poisson arrivals and service SCV cs2. Returns arrays: ``p0``, ``p_full`` (P(n=N)),
+    ``mean_number`` (E[n]), ``mean_queue`` (E[max(n - 1, 0)]) and ``utilization`` (1 - P0, the
+    served rate x E[S])."""
+    r = np.asarray(offered, dtype=float)
+    N = np.asarray(capacity, dtype=float)
+    a = np.asarray(shape, dtype=float)
+    t = np.log(r)
+    b = 1.0 + a * N
+    p0 = _p0(t, b)
+    s = a * t
+    cond_mean = _trunc_geo_mean(s, N)
+    util = 1.0 - p0
+    return {"p0": p0, "utilization": util, "p_full": util * _trunc_geo_last(s, N),
+            "mean_number": util * cond_mean, "mean_queue": util * (cond_mean - 1.0)}
+
+
+def _p0(t: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``finite_queue``'s P0 = (1 - e^t)/(1 - e^{bt}) at t = log(offered), b = 1 + shape N."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        out = np.expm1(t) / np.expm1(b * t)
+    return np.where(np.abs(t) * b < 1e-12, 1.0 / b, out)
+
+
+def _offered_for(util: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """log(offered) t such that ``finite_queue``'s utilization 1 - P0(t) is ``util`` (< 1):
+    Newton on log P0 (decreasing in t, nearly linear), safeguarded by the bracket
+    [log util, -log(1 - util) / (b - 1)] (P0 <= e^{-(b-1) t} for t >= 0)."""
+    target = np.log1p(-util)
+    lo = np.log(util)
+    hi = np.maximum(-target / (b - 1.0), 0.0)
+    t = lo.copy()
+    active = np.ones(t.shape, dtype=bool)
+    for _ in range(100):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            h = np.log(_p0(t, b)) - target
+            slope = np.where(np.abs(t) * b < 1e-8, (1.0 - b) / 2.0,
+                             -1.0 / np.expm1(-t) + b / np.expm1(-b * t))
+        lo = np.where(h > 0, t, lo)   # P0 still too high: the root is above t
+        hi = np.where(h > 0, hi, t)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            new = t - h / slope
+        bad = ~np.isfinite(new) | (new <= lo) | (new >= hi)
+        new = np.where(bad, 0.5 * (lo + hi), new)
+        done = np.abs(new - t) <= 1e-15 * np.maximum(1.0, np.abs(t))
+        t = np.where(active, new, t)
+        active &= ~done
+        if not active.any():
+            break
+    return t
+
+
+@dataclass
+class _Blocking:
+    """Bounded input buffers: the effective service time of blocked senders, per configuration
+    row (seconds). See "Bounded buffers" in the module docstring.
+
+    Built once per block from the traffic pass (visit ratios, instance classes, edge flows);
+    ``at(rate)`` evaluates one input rate per row, ``max_rate`` finds where the hottest
+    effective utilization reaches 1.
+    """
+
+    compiled: CompiledModel
+    classes: list
+    visit: np.ndarray
+    ES: np.ndarray
+    edge_flow: dict
+
+    def at(self, rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(effective mean service [n, V], its SCV [n, V]) at input rate
+        ``rate`` [n], in reverse topological order: an operator's blocked time
+        depends on its receivers' effective utilization, which includes their own blocking."""
+        c = self.compiled
+        n, V = self.ES.shape
+        es = self.ES.copy()
+        cs2 = np.broadcast_to(c.scv, (n, V)).astype(float).copy()
+        blocked1 = np.zeros((n, V))  # mean blocked time per processed tuple
+        blocked2 = np.zeros((n, V))  # its second moment
+        K = c.buffer_tuples
+        for v in range(V - 1, -1, -1):
+            if c.service_s[v] <= 0:
+                continue
+            base = self.ES[:, v]
+            m1 = base + blocked1[:, v]
+            m2 = (1.0 + c.scv[v]) * base**2 + 2.0 * base * blocked1[:, v] + blocked2[:, v]
+            es[:, v] = m1
+            cs2[:, v] = np.maximum(m2 / m1**2 - 1.0, 0.0)
+            if not np.isfinite(K[v]):
+                continue
+            cls = self.classes[v]
+            util = (rate * self.visit[:, v] * m1)[:, None] * cls.share
+            util = np.clip(util, 0.0, 1.0 - 1e-12)
+            a = (2.0 / (1.0 + cs2[:, v]))[:, None] * np.ones_like(util)
+            # Room for K waiting + 1 in service + 1 held by a blocked sender (the sender's
+            # completed tuple waits for a slot; the exact state of a two-station tandem).
+            N = K[v] + 2.0
+            b = 1.0 + a * N
+            live = util > 0
+            # Where the buffer is never full to double precision (util^(aN) below 1e-18) the
+            # queue is the unbounded one exactly: no solve, no blocking.
+            with np.errstate(divide="ignore"):
+                matters = live & (a * N * np.log(np.where(live, util, 1.0)) > np.log(1e-18))
+            p_block = np.zeros_like(util)
+            if matters.any():
+                u_m, b_m, a_m = util[matters], b[matters], a[matters]
+                s = a_m * _offered_for(u_m, b_m)
+                p_full = u_m * _trunc_geo_last(s, N)
+                p_block[matters] = p_full * np.exp(-s) / (1.0 - p_full)
+            weight = cls.share * cls.count  # fraction of v's tuples at each class
+            residual = m1 * (1.0 + cs2[:, v]) / 2.0  # a blocked sender waits for v's current service to end
+            hit = np.minimum((weight * p_block).sum(axis=1), 1.0)
+            for e in c.in_edges[v]:
+                if c.service_s[e.u] <= 0 or not np.isfinite(e.buffer):
+                    continue
+                sent = self.edge_flow[(e.u, v)] / np.where(self.visit[:, e.u] > 0, self.visit[:, e.u], 1.0)
+                blocked1[:, e.u] += sent * hit * residual             # expected blocked time per tuple
+                blocked2[:, e.u] += sent * hit * 2.0 * residual**2    # (exponential residual)
+        return es, cs2
+
+    def max_rate(self, plain: np.ndarray, hot_share: np.ndarray) -> np.ndarray:
+        """The input rate at which the hottest instance's effective utilization (busy or
+        blocked) reaches 1: Illinois regula falsi between the unbounded model's max rate
+        (an upper bound: blocking only adds) and that rate divided by the hottest effective
+        utilization there (a lower bound: effective service grows with the rate)."""
+        c = self.compiled
+        cap = c.service_s > 0
+        finite = np.isfinite(plain)
+        hi = np.where(finite, plain, 1.0)
+
+        def excess(r):
+            es = self.at(r)[0]
+            load = np.where(cap, self.visit * hot_share * es, 0.0)
+            return r * load.max(axis=1) - 1.0, load
+
+        f_hi, load_hi = excess(hi)
+        lo = np.where(f_hi > 0, 1.0 / load_hi.max(axis=1), hi)
+        f_lo, _ = excess(lo)
+        side = np.zeros(hi.shape)
+        for _ in range(200):
+            open_ = (f_hi > 0) & (f_lo < 0) & (hi - lo > 1e-15 * hi)
+            if not open_.any():
+                break
+            with np.errstate(divide="ignore", invalid="ignore"):
+                r = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+            r = np.where((r <= lo) | (r >= hi) | ~np.isfinite(r), 0.5 * (lo + hi), r)
+            f, _ = excess(np.where(open_, r, lo))
+            up = open_ & (f < 0)
+            down = open_ & (f >= 0)
+            # Illinois: halve the value kept at the other end when the same end moves twice.
+            f_hi = np.where(up & (side == 1), f_hi / 2.0, f_hi)
+            f_lo = np.where(down & (side == -1), f_lo / 2.0, f_lo)
+            lo, f_lo = np.where(up, r, lo), np.where(up, f, f_lo)
+            hi, f_hi = np.where(down, r, hi), np.where(down, f, f_hi)
+            side = np.where(up, 1, np.where(down, -1, side))
+        return np.where(finite, np.where(np.abs(f_lo) <= np.abs(f_hi), lo, hi), plain)
 
 
 # ------------------------------------------------- tails: the path mixture's own distribution
@@ -958,13 +1188,22 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     with np.errstate(divide="ignore"):
         max_rate = np.where(worst > 0, 1.0 / worst, np.inf)
     bottleneck = np.where(worst > 0, hot_load.argmax(axis=1), -1)
+    cs2_rows = None
+    busy_ES = ES
+    if compiled.buffer_tuples is not None:
+        # Bounded buffers: blocked time lengthens the senders' service (lower capacity), the
+        # receivers' waits are truncated (see "Bounded buffers" in the module docstring). The
+        # utilizations reported stay busy time (service only, as engines report it).
+        block = _Blocking(compiled, classes, visit, ES, edge_flow)
+        max_rate = block.max_rate(max_rate, hot_share)
+        ES, cs2_rows = block.at(np.minimum(R, max_rate))
 
     throughput = np.minimum(R, max_rate)
     saturated = R >= max_rate * (1.0 - _SAT_EPS)
     processed = visit * throughput[:, None]
     arrival = visit * R[:, None]
-    mean_util = np.where(has_capacity, processed * ES / Pf, 0.0)
-    max_util = np.where(has_capacity, processed * hot_share * ES, 0.0)
+    mean_util = np.where(has_capacity, processed * busy_ES / Pf, 0.0)
+    max_util = np.where(has_capacity, processed * hot_share * busy_ES, 0.0)
 
     # 2. Latency (only meaningful below saturation; computed everywhere, masked at the end).
     # Variability travels at the level of the operator's whole stream: the instances' outputs
@@ -994,7 +1233,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         r2 = (weight_sf * rho_sf) ** 2
         cap_sf = has_capacity[sf]
         # Whitt's departure approximation (see below): max(in, a + b * in); no service: in.
-        smooth_a = np.where(cap_sf, r2 * compiled.scv[sf], 0.0)
+        smooth_a = np.where(cap_sf, r2 * (compiled.scv[sf] if cs2_rows is None else cs2_rows[:, sf]), 0.0)
         smooth_b = np.where(cap_sf, 1.0 - r2, 1.0)
         stream_in_sf = np.ones((n, sf.size))
     for v in range(V):
@@ -1015,7 +1254,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             if v in forward_from:
                 ca2 = np.where(live_rows, stream_in * inv_p[:, v], 1.0)[:, None] if us.size else np.ones((n, 1))
                 rho = rho_sf[:, j:j + 1]
-                cs2 = compiled.scv[v]
+                cs2 = compiled.scv[v] if cs2_rows is None else cs2_rows[:, v:v + 1]
                 inst_out[v] = rho**2 * cs2 + (1.0 - rho**2) * ca2 if has_capacity[v] else ca2
             continue
         cls = classes[v]
@@ -1074,7 +1313,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
                 ca2, clump = np.ones_like(cls.share), np.ones_like(cls.share)
             stream_in = np.where(stream_den > 0, stream_num / np.where(stream_den > 0, stream_den, 1.0), 1.0)
         if has_capacity[v]:
-            cs2 = compiled.scv[v]
+            cs2 = compiled.scv[v] if cs2_rows is None else cs2_rows[:, v:v + 1]
             queued.append((v, rho, ca2, clump, cls.share * cls.count))
             if v in forward_from:
                 inst_out[v] = rho**2 * cs2 + (1.0 - rho**2) * ca2
@@ -1083,7 +1322,8 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             # service is ignored (conservative): it shrinks as instances are added, which would
             # make downstream latency rise with parallelism and break the planner's monotonicity.
             rho_op = (cls.share * cls.count * rho)[:, 0] if cls.width == 1 else (cls.share * cls.count * rho).sum(axis=1)
-            stream_out[:, v] = np.maximum(stream_in, rho_op**2 * cs2 + (1.0 - rho_op**2) * stream_in)
+            cs2_op = cs2 if cs2_rows is None else cs2[:, 0]
+            stream_out[:, v] = np.maximum(stream_in, rho_op**2 * cs2_op + (1.0 - rho_op**2) * stream_in)
         else:
             if v in forward_from:
                 inst_out[v] = ca2
@@ -1112,7 +1352,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         widths = [q[1].shape[1] for q in queued]
         cat = lambda i: np.concatenate([full(q[i], w) for q, w in zip(queued, widths)], axis=1)
         blocks.append(([q[0] for q in queued], widths, cat(1), cat(2), cat(3), cat(4)))
-    sojourn1, sojourn2, stacked, ops_source = _sojourn_moments(compiled, blocks, ES)
+    sojourn1, sojourn2, stacked, ops_source = _sojourn_moments(compiled, blocks, ES, cs2_rows, busy_ES)
 
     # 3. End to end: flow-weighted mixture over source->sink paths, by DP in topological order.
     hop = compiled.model.network_delay_ms / 1000.0
@@ -1154,13 +1394,17 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     )
 
 
-def _sojourn_moments(compiled: CompiledModel, blocks: list, ES: np.ndarray
+def _sojourn_moments(compiled: CompiledModel, blocks: list, ES: np.ndarray, cs2_rows: np.ndarray | None = None,
+                     service: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray, tuple | None, list | Callable[[], list]]:
     """Every operator's sojourn mean and second moment (seconds, [n, V]) from its instance
     classes' waits, in one vectorized pass over ``blocks`` ((operator columns, class widths, rho,
     ca2, clump, weight), the per-class arrays of several operators side by side). Also the
     stacked arrays the tails gather from (``_Tail.stacked``) and a function building the
-    per-operator distributions (``_OpDist``) on demand."""
+    per-operator distributions (``_OpDist``) on demand. With bounded buffers, ``ES`` is the
+    effective (blocking-lengthened) service time that sets the queue waits, ``cs2_rows`` [n, V]
+    its SCV for the waits, and ``service`` the plain service time a tuple spends being served
+    (``_Blocking``)."""
     n, V = ES.shape
     sojourn1 = np.zeros((n, V))
     sojourn2 = np.zeros((n, V))
@@ -1174,9 +1418,15 @@ def _sojourn_moments(compiled: CompiledModel, blocks: list, ES: np.ndarray
                                        else blocks[0][i] for i in (2, 3, 4, 5))
     es_c = np.repeat(ES[:, cols], widths, axis=1)
     cs2_c = np.repeat(compiled.scv[cols], widths)
-    wq, w2, wpos = _waiting_parts(rho_c, ca2_c, cs2_c, es_c, clump_c)
-    t1 = wq + es_c
-    t2 = w2 + 2.0 * wq * es_c + (1.0 + cs2_c) * es_c**2
+    if cs2_rows is None:
+        wq, w2, wpos = _waiting_parts(rho_c, ca2_c, cs2_c, es_c, clump_c)
+        svc_c = es_c
+    else:
+        wq, w2, wpos = _waiting_parts(rho_c, ca2_c, np.repeat(cs2_rows[:, cols], widths, axis=1), es_c, clump_c)
+        svc_c = np.repeat(service[:, cols], widths, axis=1)
+        ES = service
+    t1 = wq + svc_c
+    t2 = w2 + 2.0 * wq * svc_c + (1.0 + cs2_c) * svc_c**2
     sojourn1[:, cols] = np.add.reduceat(weight_c * t1, starts, axis=1)
     sojourn2[:, cols] = np.add.reduceat(weight_c * t2, starts, axis=1)
     stacked = (rho_c, wpos, clump_c, dict(zip(cols, starts.tolist())))

@@ -34,7 +34,10 @@ from modeler.queueing import CompiledModel, _superpose, _waiting
 
 
 def supported(compiled: CompiledModel) -> bool:
-    return not any(e.grouping in ("broadcast", "forward") for e in compiled.model.edges)
+    # Bounded buffers couple an operator's sojourn to its receivers' load (blocking): not a
+    # per-operator sum.
+    return compiled.buffer_tuples is None and \
+        not any(e.grouping in ("broadcast", "forward") for e in compiled.model.edges)
 
 
 class FastMean:

@@ -591,7 +591,8 @@ def _relaxed_model(model: JobModel, var: Sequence[_Group]) -> JobModel:
     weighted waiting of an uneven split is at least the even one's, and a key-split substream is
     at least as variable as a round-robin one); contention/table scaling becomes linear at the
     smallest factor over the operator's allowed parallelism; output batching is switched off (its
-    wait only adds). ``tests/scheduler/test_plan.py`` checks the lower-bound property with
+    wait only adds); buffers are unbounded (blocking only adds latency: Hypothesis-tested in
+    ``tests/modeler/test_queueing.py``). ``tests/scheduler/test_plan.py`` checks the lower-bound property with
     Hypothesis on random DAGs; the planner relies on it only to *prune*, never to choose.
     """
     domains = {n: g.domain for g in var for n in g.names}
@@ -602,9 +603,9 @@ def _relaxed_model(model: JobModel, var: Sequence[_Group]) -> JobModel:
             factor = float(np.min(op.scaling.factor_at(np.asarray(dom, dtype=float))))
             op = replace(op, service_time_ms=op.service_time_ms * factor, scaling=ScalingSpec())
         ops.append(op)
-    edges = tuple(replace(e, grouping="shuffle", keys=None) if e.grouping == "key" else e
-                  for e in model.edges)
-    return replace(model, operators=tuple(ops), edges=edges, buffer_timeout_ms=0.0)
+    edges = tuple(replace(e, grouping="shuffle", keys=None, buffer_tuples=None) if e.grouping == "key"
+                  else replace(e, buffer_tuples=None) for e in model.edges)
+    return replace(model, operators=tuple(ops), edges=edges, buffer_timeout_ms=0.0, buffer_tuples=None)
 
 
 @dataclass

@@ -6,7 +6,10 @@ Poisson stream is round-robined to the next operator like an engine's source tas
 Routing per upstream instance: an edge is chosen with probability = selectivity (selectivities
 of an operator's out-edges must sum to <= 1: Ciw moves customers, it cannot copy them), then
 shuffle = round-robin over the target's instances (one cycle per upstream instance), key =
-random choice with the instance shares of Flink's key-group mapping. Times in ms.
+random choice with the instance shares of Flink's key-group mapping. Bounded buffers
+(``buffer_tuples``) are Ciw queue capacities (waiting room, the server not counted) with its
+blocking after service: a sender whose target is full holds the tuple, blocked, until a slot
+frees (blocked senders released first come, first served), as in the engines. Times in ms.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ def simulate(model: JobModel, rate: float, *, horizon_ms: float, warmup_ms: floa
     rng = random.Random(f"augury-routing-{seed}")
     out_edges = {op.name: [e for e in model.edges if e.source == op.name] for op in model.operators}
 
-    arrivals, services, servers, routers = [], [], [], []
+    arrivals, services, servers, routers, capacities = [], [], [], [], []
     shares = model.source_shares()
     for op_name, i in nodes:
         op = model.operator(op_name)
@@ -97,6 +100,9 @@ def simulate(model: JobModel, rate: float, *, horizon_ms: float, warmup_ms: floa
         service = op.service_time_ms or 0.0
         services.append(_service_dist(service, op.service_scv))
         servers.append(float("inf") if service <= 0 else 1)
+        bounds = [model.edge_buffer(e) for e in model.edges if e.target == op_name]
+        bounds = [b for b in bounds if b is not None]
+        capacities.append(min(bounds) if bounds else float("inf"))
         choices = []
         for e in out_edges[op_name]:
             targets = [node_id[(e.target, j)] for j in range(config[e.target])]
@@ -117,6 +123,7 @@ def simulate(model: JobModel, rate: float, *, horizon_ms: float, warmup_ms: floa
     network = ciw.create_network(
         arrival_distributions=arrivals, service_distributions=services,
         number_of_servers=servers, routing=ciw.routing.NetworkRouting(routers=routers),
+        queue_capacities=capacities,
     )
     ciw.seed(seed)
     sim = ciw.Simulation(network)

@@ -100,6 +100,12 @@ CASES = [
     (("restart_base_s",), True, "restart_base_s", "True"),
     (("restore_mb_per_s",), 0, "restore_mb_per_s", "0"),
     (("restore_mb_per_s",), 1e13, "restore_mb_per_s", "10000000000000.0"),
+    # bounded buffers (modeler.queueing, "Bounded buffers")
+    (("buffer_tuples",), -1, "buffer_tuples", "-1"),
+    (("buffer_tuples",), 2.5, "buffer_tuples", "2.5"),
+    (("buffer_tuples",), "32KB", "buffer_tuples", "32KB"),
+    (("edges", 1, "buffer_tuples"), -4, "edges[1].buffer_tuples", "-4"),
+    (("edges", 1, "buffer_tuples"), 10**10, "edges[1].buffer_tuples", "10000000000"),
 ]
 
 
@@ -192,6 +198,20 @@ def test_restart_model_round_trips_and_defaults_to_none():
         again = parse_model_text(dump_model(model, fmt))
         assert again.operators == model.operators
         assert (again.restart_base_s, again.restore_mb_per_s) == (12.5, 80.0)
+
+
+def test_buffer_tuples_default_unbounded_edge_wins_and_round_trips():
+    plain = parse_model(BASE)
+    assert plain.buffer_tuples is None and all(e.buffer_tuples is None for e in plain.edges)
+    assert "buffer_tuples" not in dump_model(plain)
+    data = copy.deepcopy(BASE)
+    data["buffer_tuples"] = 1000
+    data["edges"][1]["buffer_tuples"] = 0
+    model = parse_model(data)
+    assert [model.edge_buffer(e) for e in model.edges] == [1000, 0]
+    for fmt in ("yaml", "json"):
+        again = parse_model_text(dump_model(model, fmt))
+        assert again.edges == model.edges and again.buffer_tuples == 1000
 
 
 def test_a_topology_file_may_give_state_without_a_restore_rate():

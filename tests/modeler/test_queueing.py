@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import networkx as nx
@@ -410,3 +411,175 @@ def test_end_to_end_dp_as_matrices_equals_row_by_row(model, seed, monkeypatch):
     # The quantile starts from a rounded point, so the same configuration gets the same p99 in
     # either block (up to a start straddling a rounding boundary: ~1e-10).
     np.testing.assert_allclose(matrices.latency("p99"), rows.latency("p99"), rtol=1e-9)
+
+
+# ------------------------------------------------------------- bounded buffers (blocking)
+
+def _tandem(s1_ms, s2_ms, buffer, scv=1.0, job_wide=False):
+    """source -> u -> v, u's tuples meeting a buffer of ``buffer`` tuples at v (None: unbounded)."""
+    edge = {"from": "u", "to": "v"}
+    top = {}
+    if buffer is not None:
+        if job_wide:
+            top["buffer_tuples"] = buffer
+        else:
+            edge["buffer_tuples"] = buffer
+    return _model([{"name": "src", "role": "source"},
+                   {"name": "u", "service_time_ms": s1_ms, "service_scv": scv},
+                   {"name": "v", "service_time_ms": s2_ms, "service_scv": scv}],
+                  [{"from": "src", "to": "u"}, edge], **top)
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 7, 60])
+@pytest.mark.parametrize("rho", [0.2, 0.9, 1.0, 1.5])
+def test_finite_queue_is_mm1k_exact(rho, capacity):
+    from modeler.queueing import finite_queue
+
+    p = np.array([1.0 / (capacity + 1)] * (capacity + 1)) if rho == 1.0 else \
+        np.array([(1 - rho) * rho**n / (1 - rho ** (capacity + 1)) for n in range(capacity + 1)])
+    n = np.arange(capacity + 1)
+    got = finite_queue(np.array([rho]), np.array([float(capacity)]))
+    assert got["p0"][0] == pytest.approx(p[0], rel=1e-9, abs=1e-15)
+    assert got["p_full"][0] == pytest.approx(p[-1], rel=1e-9, abs=1e-15)
+    assert got["mean_number"][0] == pytest.approx((n * p).sum(), rel=1e-9)
+    assert got["mean_queue"][0] == pytest.approx((np.maximum(n - 1, 0) * p).sum(), rel=1e-9, abs=1e-15)
+    # Little: the mean time in the system of an admitted tuple, E[S] = 1
+    assert got["mean_number"][0] / got["utilization"][0] == pytest.approx(
+        (n * p).sum() / (rho * (1 - p[-1])), rel=1e-9)
+
+
+@pytest.mark.parametrize("s1,s2,buffer", [(1.0, 1.0, 0), (1.0, 1.0, 3), (0.5, 1.0, 2), (1.0, 0.7, 5),
+                                          (2.0, 0.5, 1), (1.0, 1.0, 1000)])
+def test_two_station_tandem_max_rate_exact(s1, s2, buffer):
+    # Two exponential stations, the first saturated: the number at the second (a blocked first
+    # station's tuple counted) is M/M/1/N with N = K + 2 and intensity mu1/mu2; throughput
+    # mu2 (1 - P0). The model's max rate (blocked time lengthening the first station's service)
+    # is this exactly.
+    r, N = s2 / s1, buffer + 2
+    p0 = 1 / (N + 1) if r == 1 else (1 - r) / (1 - r ** (N + 1))
+    p = predict(_tandem(s1, s2, buffer), None, 1.0)
+    assert p.max_rate == pytest.approx(1000.0 / s2 * (1 - p0), rel=1e-9)
+    assert p.max_rate <= predict(_tandem(s1, s2, None), None, 1.0).max_rate
+
+
+def test_unbounded_and_never_full_buffers_are_todays_model_exactly():
+    plain = _tandem(1.0, 0.8, None)
+    assert compile_model(plain).buffer_tuples is None
+    large = _tandem(1.0, 0.8, 1000, job_wide=True)
+    assert large.buffer_tuples == 1000 and compile_model(large).buffer_tuples is not None
+    for load in (0.1, 0.5, 0.9):
+        rate = load * predict(plain, None, 1.0).max_rate
+        a, b = predict(plain, None, rate), predict(large, None, rate)
+        assert a.latency_ms == b.latency_ms and a.throughput == b.throughput  # bit for bit
+    # a source never blocks (its tuples wait in the backlog in order): nothing changes
+    src_only = _model([{"name": "src", "role": "source"}, {"name": "q", "service_time_ms": 1.0}],
+                      [{"from": "src", "to": "q", "buffer_tuples": 0}])
+    assert compile_model(src_only).buffer_tuples is None
+
+
+def test_blocking_lowers_capacity_and_raises_sender_latency():
+    bounded, plain = _tandem(1.0, 1.0, 2), _tandem(1.0, 1.0, None)
+    rate = 0.7 * predict(bounded, None, 1.0).max_rate
+    a, b = predict(bounded, None, rate), predict(plain, None, rate)
+    assert a.max_rate < b.max_rate
+    assert a.operators["u"].sojourn_ms > b.operators["u"].sojourn_ms
+    assert a.operators["v"].sojourn_ms == pytest.approx(b.operators["v"].sojourn_ms)
+    assert a.operators["u"].utilization == pytest.approx(b.operators["u"].utilization)  # busy time only
+    assert a.latency_ms["p99"] > b.latency_ms["p99"]
+    assert predict(bounded, None, 1.01 * a.max_rate).saturated
+
+
+@st.composite
+def buffered_dags(draw):
+    """``random_dags`` with a bounded buffer (0-30 tuples) on some edges, or job-wide."""
+    from dataclasses import replace
+
+    model = draw(random_dags())
+    edges = tuple(replace(e, buffer_tuples=draw(st.one_of(st.none(), st.integers(0, 30)))) for e in model.edges)
+    return replace(model, edges=edges, buffer_tuples=draw(st.one_of(st.none(), st.integers(0, 30))))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=buffered_dags(), lo=st.floats(0.05, 0.97), hi=st.floats(0.05, 0.97))
+def test_blocking_latency_rises_with_load_and_throughput_stays_below_capacity(model, lo, hi):
+    from dataclasses import replace
+
+    lo, hi = sorted((lo, hi))
+    max_rate = predict(model, None, 1.0).max_rate
+    unbounded = replace(model, buffer_tuples=None,
+                        edges=tuple(replace(e, buffer_tuples=None) for e in model.edges))
+    assert max_rate <= predict(unbounded, None, 1.0).max_rate * (1 + 1e-12)
+    a, b = predict(model, None, lo * max_rate), predict(model, None, hi * max_rate)
+    for stat in ("mean", "p95", "p99"):
+        assert b.latency_ms[stat] >= a.latency_ms[stat] * (1 - 1e-6), stat
+    over = predict(model, None, 1.5 * max_rate)
+    assert over.saturated and over.throughput == pytest.approx(max_rate) and over.throughput <= max_rate
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=buffered_dags(), load=st.floats(0.05, 0.97), extra=st.integers(1, 50))
+def test_larger_buffers_never_raise_latency(model, load, extra):
+    from dataclasses import replace
+
+    grow = lambda k: None if k is None else k + extra
+    larger = replace(model, buffer_tuples=grow(model.buffer_tuples),
+                     edges=tuple(replace(e, buffer_tuples=grow(e.buffer_tuples)) for e in model.edges))
+    unbounded = replace(model, buffer_tuples=None,
+                        edges=tuple(replace(e, buffer_tuples=None) for e in model.edges))
+    rate = load * predict(model, None, 1.0).max_rate
+    small, large, inf = (predict(m, None, rate) for m in (model, larger, unbounded))
+    assert large.max_rate >= small.max_rate * (1 - 1e-12)
+    assert inf.max_rate >= large.max_rate * (1 - 1e-12)
+    for stat in ("mean", "p95", "p99"):  # tails: the inversion is accurate to ~2e-7
+        assert large.latency_ms[stat] <= small.latency_ms[stat] * (1 + 1e-6), stat
+        assert inf.latency_ms[stat] <= large.latency_ms[stat] * (1 + 1e-6), stat
+
+
+# Ciw's queue capacities block after service like the engines (``ciw_network``). Two
+# exponential stations with a 2-tuple buffer between them: balanced, a fast sender before a slow
+# receiver (the case a truncated receiver queue gets wrong: the tuples that do not fit wait
+# upstream) and a slow sender before a fast receiver. The same tolerances as test_matches_ciw for
+# exponential service (mean 10 %, p95 15 %, p99 20 %), at 0.3 / 0.6 / 0.85 of the model's
+# (blocked) max rate; near saturation two 40-s replications (the sampling error of one 30-s run
+# at 0.85 was ~5 %). Known miss, kept visible: the balanced tandem's tails at 0.85 are ~15-25 %
+# short (its mean is within 3 %): blocking periods come in runs, which the decomposition's
+# independent effective service times do not carry into the sender's waiting-time distribution.
+_BLOCKING_CASES = {"balanced": (1.0, 1.0, 2), "fast-sender": (0.5, 1.0, 2), "slow-sender": (1.0, 0.5, 2)}
+
+
+@functools.lru_cache(maxsize=None)
+def _blocking_runs(case: str, rho: float):
+    from tests.modeler.ciw_network import simulate
+
+    s1, s2, buffer = _BLOCKING_CASES[case]
+    model = _tandem(s1, s2, buffer)
+    rate = rho * predict(model, None, 1.0).max_rate
+    seeds, horizon = ((7, 8), 40_000) if rho > 0.5 else ((7,), 20_000)
+    runs = [simulate(model, rate, horizon_ms=horizon, warmup_ms=2_000, seed=s) for s in seeds]
+    return predict(model, None, rate), float(np.mean([r.mean_ms for r in runs])), \
+        np.concatenate([run.latencies_ms for run in runs])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("check", ["mean", pytest.param("tails", marks=pytest.mark.xfail(
+    strict=True, reason="balanced tandem, 0.85: the decomposition's tails are ~15-25 % short"))])
+def test_blocking_balanced_matches_ciw(check):
+    _check_blocking("balanced", check)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("check", ["mean", "tails"])
+@pytest.mark.parametrize("case", ["fast-sender", "slow-sender"])
+def test_blocking_matches_ciw(case, check):
+    _check_blocking(case, check)
+
+
+def _check_blocking(case: str, check: str) -> None:
+    for rho in (0.3, 0.6, 0.85):
+        predicted, sim_mean, latencies = _blocking_runs(case, rho)
+        if check == "mean":
+            assert predicted.latency_ms["mean"] == pytest.approx(sim_mean, rel=0.10), rho
+        else:
+            sim_p95, sim_p99 = np.quantile(latencies, [0.95, 0.99])
+            assert predicted.latency_ms["p95"] == pytest.approx(sim_p95, rel=0.15), rho
+            assert predicted.latency_ms["p99"] == pytest.approx(sim_p99, rel=0.20), rho
