@@ -26,6 +26,13 @@ What is fitted, and the rules:
 * **Key skew**: the hottest instance's share of a key-grouped operator's input, averaged per
   parallelism, is matched by a Zipf key distribution (exponent, key count) through Flink's
   key-group mapping, so the share at *unseen* parallelisms follows from the mapping.
+* **Input buffers** (``buffer_tuples``, blocking: ``modeler.queueing``) are configuration, not
+  fitted: the topology file's (job-wide or per edge) are kept, else ``CalibrationConfig.buffer_tuples``
+  (e.g. from Flink's ``taskmanager.network.memory.buffers-per-channel`` / floating buffers /
+  segment size and the record size: ``flink_buffer_tuples``; the testbed's ``queue_capacity``);
+  None = unbounded, the model without blocking. Queue-length gauges cannot measure it below
+  saturation (a buffer that is never full leaves no trace), and the queueing model needs it
+  only where it fills.
 * **Per-hop delay** when end-to-end latency was measured: the median excess of measured over
   predicted (delay-free) latency per hop, in steady-state windows below 80 % utilization.
 
@@ -74,6 +81,10 @@ class CalibrationConfig:
     """A grouping is inferred as key-grouped when the hottest share exceeds this times 1/p."""
     default_max_parallelism: int = 128
     """max_parallelism (= key groups) for operators the topology does not describe."""
+    buffer_tuples: int | None = None
+    """The engine's input buffer per operator instance, tuples waiting (its configuration:
+    ``flink_buffer_tuples``, the testbed's ``queue_capacity``), written to the model when the
+    topology gives none; None = unbounded (no blocking)."""
 
 
 @dataclass(frozen=True)
@@ -216,7 +227,9 @@ class Calibrator:
             edges.append(replace(spec, selectivity=fit.selectivity.value, grouping=fit.grouping,
                                  keys=fit.keys if fit.grouping == "key" else None))
         section = self.calibration_section(network_delay_ms) if with_section else topology.calibration
-        return replace(topology, operators=tuple(operators), edges=tuple(edges),
+        cfg = self.config or CalibrationConfig()
+        buffer = topology.buffer_tuples if topology.buffer_tuples is not None else cfg.buffer_tuples
+        return replace(topology, operators=tuple(operators), edges=tuple(edges), buffer_tuples=buffer,
                        network_delay_ms=network_delay_ms, calibration=section, source_file=None)
 
     def calibration_section(self, network_delay_ms: float | None = None) -> dict[str, Any]:
@@ -268,8 +281,13 @@ def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig
         raise CalibrationError("no metric windows for this operator in the history",
                                field="operator", value=spec.name)
     busy = rows["busy_fraction_mean"].to_numpy(float)
-    usable = rows[(busy >= cfg.min_busy_fraction) & (rows["processed_rate"] > 0)
-                  & np.isfinite(rows["service_time_ms"].to_numpy(float))]
+    rate = rows["processed_rate"].to_numpy(float)
+    service_ms = rows["service_time_ms"].to_numpy(float)
+    # A window measures the service time when it was busy enough and its numbers are usable: a
+    # finite positive rate and service time, a parallelism >= 1 (a NaN, inf or 0 from a damaged
+    # or partial window is left out, never fitted).
+    usable = rows[(busy >= cfg.min_busy_fraction) & np.isfinite(rate) & (rate > 0)
+                  & np.isfinite(service_ms) & (service_ms > 0) & (rows["parallelism"].to_numpy(float) >= 1)]
     if len(usable) < cfg.min_windows:
         raise CalibrationError(
             f"never loaded above {cfg.min_busy_fraction:.0%} busy in enough windows "
@@ -301,13 +319,17 @@ def _fit_contention(service: np.ndarray, p: np.ndarray, weight: np.ndarray, fold
     from sklearn.linear_model import HuberRegressor
 
     X = (p - 1.0)[:, None]
+
     def fit(idx):
         scale = max(float(np.median(service[idx])), 1e-12)
         model = HuberRegressor(epsilon=1.5, alpha=0.0).fit(X[idx], service[idx] / scale,
                                                            sample_weight=weight[idx])
         return model.intercept_ * scale, model.coef_[0] * scale
-    intercept, slope = fit(np.arange(len(service)))
-    if intercept <= 0 or slope <= 0:
+    try:
+        intercept, slope = fit(np.arange(len(service)))
+    except ValueError:  # the solver did not converge (e.g. parallelisms far apart): no contention form
+        return None
+    if not (np.isfinite(intercept) and np.isfinite(slope)) or intercept <= 0 or slope <= 0:
         return None
     n = len(service)
     k = min(folds, n)
@@ -317,7 +339,10 @@ def _fit_contention(service: np.ndarray, p: np.ndarray, weight: np.ndarray, fold
         train, test = np.flatnonzero(fold_of != f), np.flatnonzero(fold_of == f)
         if len(set(p[train])) < 2:
             continue
-        a, b = fit(train)
+        try:
+            a, b = fit(train)
+        except ValueError:  # this fold's solver did not converge: no error measured on it
+            continue
         pred = a + b * (p[test] - 1.0)
         errors.extend(np.abs(service[test] - pred) / np.maximum(service[test], 1e-12))
     holdout = float(np.median(errors)) if errors else float("inf")
@@ -590,6 +615,20 @@ def infer_topology(ops: pd.DataFrame, edges: pd.DataFrame, job: str = "job",
         for n in order)
     return JobModel(job=job, operators=operators,
                     edges=tuple(EdgeSpec(source=u, target=v) for u, v in pairs))
+
+
+def flink_buffer_tuples(record_bytes: float, upstream_parallelism: int, buffers_per_channel: int = 2,
+                        floating_buffers_per_gate: int = 8, segment_bytes: int = 32 * 1024) -> int:
+    """A Flink input gate's credits in records: (exclusive buffers per channel x channels (one per
+    upstream instance) + floating buffers) x records per network buffer (``segment_bytes``,
+    ``taskmanager.memory.segment-size``, over the serialized record size). Defaults are Flink's
+    (``taskmanager.network.memory.buffers-per-channel`` 2, ``floating-buffers-per-gate`` 8,
+    32 KiB segments). Bytes in, tuples out."""
+    if record_bytes <= 0 or upstream_parallelism < 1:
+        raise CalibrationError("record size must be > 0 bytes and upstream parallelism >= 1",
+                               field="record_bytes", value=record_bytes)
+    per_buffer = max(1, int(segment_bytes // record_bytes))
+    return int((buffers_per_channel * upstream_parallelism + floating_buffers_per_gate) * per_buffer)
 
 
 def calibrate(operator_windows: pd.DataFrame, edge_windows: pd.DataFrame, topology: JobModel | None = None,

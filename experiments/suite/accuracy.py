@@ -140,8 +140,19 @@ def unseen_configs(model, n: int, rng: np.random.Generator) -> list[dict[str, in
 # ----------------------------------------------------------------------------- steps
 
 
+def engine_buffer(model):
+    """``model`` with the testbed's input buffer (``TestbedConfig.queue_capacity``, tuples per
+    instance) as its ``buffer_tuples``: the engine configuration calibration is given, and what
+    the true profile is predicted with (``modeler.queueing``'s blocking; the testbed itself
+    reads its queue capacity from its own configuration)."""
+    from experiments.testbed import TestbedConfig
+
+    return replace(model, buffer_tuples=TestbedConfig().queue_capacity)
+
+
 def calibrate_example(truth, plan: Plan, work: Path, spark, seed: int, label: str | None = None):
-    """Record, ingest, summarize, calibrate. Returns (fitted model, calibration table rows)."""
+    """Record, ingest, summarize, calibrate (given the engine's buffer configuration). Returns
+    (fitted model, calibration table rows)."""
     from experiments.recording import calibrate_store, ingest_and_summarize, load_plan, record, truth_errors
 
     runs = load_plan(truth, seen_configs(truth), utilizations=(0.35, 0.6, 0.85), seconds=plan.record_s)
@@ -149,7 +160,7 @@ def calibrate_example(truth, plan: Plan, work: Path, spark, seed: int, label: st
     store = work / f"store-{truth.job}"
     report, _ = ingest_and_summarize(raw, store, spark=spark)
     quarantined = int(sum(report.quarantined.values()))
-    fitted = calibrate_store(store, truth.job, topology=topology_of(truth)).model_
+    fitted = calibrate_store(store, truth.job, topology=engine_buffer(topology_of(truth))).model_
     label = label or truth.job
     rows = [{"example": label, "parameter": k, "relative_error": v}
             for k, v in truth_errors(truth, fitted).items()]
@@ -225,7 +236,7 @@ def predictions(fitted, config: Mapping[str, int], rate: float, truth=None) -> d
 
     out = {"augury": ours(fitted)}
     if truth is not None:
-        out["true"] = ours(truth)
+        out["true"] = ours(engine_buffer(truth))
     for name in ("caladrius", "drs"):
         p = peer_predict(name, fitted, config, rate)
         out[name] = {"throughput": p.throughput, "max_rate": p.max_rate,

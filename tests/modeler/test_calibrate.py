@@ -299,3 +299,21 @@ def test_per_hop_delay_from_end_to_end_latency():
     assert cal.network_delay_ms_.value == pytest.approx(3.0) and cal.network_delay_ms_.samples == 4
     assert cal.model_.network_delay_ms == pytest.approx(3.0)
     assert cal.model_.calibration["network_delay_ms"]["value"] == pytest.approx(3.0)
+
+
+def test_buffer_tuples_come_from_the_topology_or_the_engine_configuration():
+    from modeler.calibrate import flink_buffer_tuples
+
+    rows = [{"parallelism": 2, "processed_rate": 1000.0, "busy_fraction_mean": 0.5, "service_time_ms": 1.0}] * 4
+    ops, edges = _chain_history(rows)
+    assert calibrate(ops, edges).buffer_tuples is None  # unbounded unless configured
+    assert calibrate(ops, edges, config=CalibrationConfig(buffer_tuples=1000)).buffer_tuples == 1000
+    topo = parse_model({"augury": 1, "job": "j", "buffer_tuples": 64, "operators": [
+        {"name": "src", "role": "source"}, {"name": "a", "parallelism": 2}, {"name": "b", "parallelism": 2}],
+        "edges": [{"from": "src", "to": "a"}, {"from": "a", "to": "b", "buffer_tuples": 8}]}, require_profiles=False)
+    model = calibrate(ops, edges, topology=topo, config=CalibrationConfig(buffer_tuples=1000))
+    assert model.buffer_tuples == 64 and [model.edge_buffer(e) for e in model.edges] == [64, 8]
+    # Flink's defaults: 2 exclusive buffers per channel x 4 channels + 8 floating, 32 KiB / 100 B records
+    assert flink_buffer_tuples(100, 4) == (2 * 4 + 8) * 327
+    with pytest.raises(CalibrationError):
+        flink_buffer_tuples(0, 4)
