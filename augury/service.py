@@ -306,48 +306,24 @@ def warm_up(models: list[tuple[Any, Any]]) -> None:
 _WORKER_MODELS: dict[tuple[str, str], tuple[Any, Any]] = {}
 
 
-def _worker_model(ref: tuple[str, str, str, str]) -> tuple[Any, Any]:
-    """The model ``ref`` = (name, version, text, file), parsed and compiled on first use (after a
-    reload the server sends the new version; the old one is dropped)."""
+def _worker_model(ref: tuple[str, str, str | None, str]) -> tuple[Any, Any]:
+    """The model ``ref`` = (name, version, text, file), parsed and compiled on first use; the
+    server sends the text only with a version this worker has not been sent (``text`` None
+    otherwise). A new version of a name replaces the old one."""
     name, version, text, file = ref
     found = _WORKER_MODELS.get((name, version))
     if found is None:
         from modeler.modelfile import parse_model_text
         from modeler.queueing import compile_model
 
+        if text is None:  # the server's account of what this worker holds is wrong: a bug
+            raise RuntimeError(f"worker process: model {name} version {version} was never sent")
         model = parse_model_text(text, source=file)
         found = (model, compile_model(model))
         for key in [k for k in _WORKER_MODELS if k[0] == name]:
             del _WORKER_MODELS[key]
         _WORKER_MODELS[(name, version)] = found
     return found
-
-
-def _worker_start(refs: list[tuple[str, str, str, str]]) -> None:
-    """A worker process's initializer: exit with the server, hold the models and warm up."""
-    import os
-
-    server = os.getppid()
-
-    def exit_with_the_server() -> None:
-        # The pool's own shutdown needs the server to live on after it: uvicorn ends on SIGTERM by
-        # raising the signal again (no atexit), and a SIGKILL gives no notice at all.
-        while os.getppid() == server:
-            time.sleep(0.5)
-        os._exit(0)
-
-    threading.Thread(target=exit_with_the_server, name="augury-serve-parent-watch", daemon=True).start()
-    models = []
-    for ref in refs:
-        try:
-            models.append(_worker_model(ref))
-        except AuguryError:  # the server loaded it: cannot happen, and a request would say so
-            pass
-    warm_up(models)
-
-
-def _worker_ready() -> int:
-    return 0
 
 
 def _worker_predict(ref, config: dict, rate: float) -> dict:
@@ -373,56 +349,220 @@ def _worker_plan(ref, rate: float, u: float, slo: float | None, stat: str, align
     return plan_cmd.to_json(result, restart)
 
 
+_WORKER_TASKS = {f.__name__: f for f in (_worker_predict, _worker_validate, _worker_plan)}
+
+
+def _worker_main(conn, refs: list[tuple[str, str, str, str]]) -> None:
+    """A worker process: hold the models, warm up, say ``ready``, then answer pickled
+    ``(task, ref, args)`` messages on ``conn`` with pickled ``(ok, answer or exception)`` until
+    the server closes the pipe or is gone."""
+    import os
+    import pickle
+    import signal
+    import traceback
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal reaches the whole group: the server decides
+    server = os.getppid()
+
+    def exit_with_the_server() -> None:
+        # uvicorn ends on SIGTERM by raising the signal again (no clean-up runs), and a SIGKILL
+        # gives no notice at all: a worker must not outlive its server.
+        while os.getppid() == server:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=exit_with_the_server, name="augury-serve-parent-watch", daemon=True).start()
+    models = []
+    for ref in refs:
+        try:
+            models.append(_worker_model(ref))
+        except AuguryError:  # the server loaded it: cannot happen, and a request would say so
+            pass
+    warm_up(models)
+    conn.send_bytes(b"ready")
+    while True:
+        try:
+            task, ref, args = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        try:
+            reply = pickle.dumps((True, _WORKER_TASKS[task](ref, *args)))
+        except AuguryError as err:  # the request's fault: the server answers 4xx naming the field
+            reply = pickle.dumps((False, err))
+        except Exception as err:  # a bug: its traceback on the server's stderr, a 500 to the client
+            traceback.print_exc()
+            reply = pickle.dumps((False, RuntimeError(f"worker process: {type(err).__name__}: {err}")))
+        conn.send_bytes(reply)
+
+
+class _Worker:
+    def __init__(self, process, conn, held: set) -> None:
+        self.process = process
+        self.conn = conn
+        self.held = held
+        """(name, version) of every model this worker was sent (it keeps one version per name)."""
+        self.future: asyncio.Future | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+
 class ProcessPool:
     """``processes`` worker processes (``spawn``: a fresh interpreter each, nothing inherited from
     the server's threads), started and warmed up with the registry's models before the server
-    answers. A request names its model by (name, version, text): a worker parses a version it
-    has not seen once. A pool whose worker died is replaced (the request that saw it gets 503)."""
+    answers, each behind a pipe the event loop reads: a request is pickled to an idle worker (or
+    waits for one) and its answer read back when the pipe is readable. No thread of the server
+    takes part (``concurrent.futures``' pool adds a manager and a feeder thread per request's
+    path, each taking the interpreter lock in turn). A worker that dies is replaced; the request
+    it was answering gets 503."""
 
     def __init__(self, processes: int, registry: ModelRegistry) -> None:
+        import collections
+
         self.processes = processes
         self.registry = registry
-        self.pool = self._start()
+        self.idle: list[_Worker] = []
+        self.waiting: collections.deque = collections.deque()
+        self.closed = False
+        self.idle = self._spawn(processes)
+        self.workers: list[_Worker] = list(self.idle)
+        """Every live worker, idle or busy."""
 
-    def _start(self):
+    def _spawn(self, n: int) -> list[_Worker]:
+        """``n`` new workers, started and ready (blocking: at start, or in a thread)."""
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, wait
 
-        pool = ProcessPoolExecutor(max_workers=self.processes, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_worker_start, initargs=([m.ref for m in self.registry.list()],))
-        # one task per worker while none is idle: every worker is spawned (and warmed up) now
-        ready = [pool.submit(_worker_ready) for _ in range(self.processes)]
-        wait(ready)
-        if any(f.exception() is not None for f in ready):
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise RuntimeError("the worker processes did not start (a script that starts the server needs "
-                               "multiprocessing's `if __name__ == '__main__':` guard; or run with processes=0)")
-        return pool
+        ctx = multiprocessing.get_context("spawn")
+        refs = [m.ref for m in self.registry.list()]
+        started = []
+        for _ in range(n):
+            mine, theirs = ctx.Pipe(duplex=True)
+            process = ctx.Process(target=_worker_main, args=(theirs, refs), name="augury-serve-worker", daemon=True)
+            try:
+                process.start()
+            except RuntimeError as err:
+                raise RuntimeError("the worker processes did not start (a script that starts the server needs "
+                                   "multiprocessing's `if __name__ == '__main__':` guard; or run with "
+                                   f"processes=0): {err}") from None
+            theirs.close()
+            started.append(_Worker(process, mine, {(r[0], r[1]) for r in refs}))
+        for w in started:
+            ok = False
+            try:
+                ok = w.conn.poll(300) and w.conn.recv_bytes() == b"ready"
+            except (EOFError, OSError):
+                pass
+            if not ok:
+                for x in started:
+                    x.process.kill()
+                raise RuntimeError(f"a worker process did not start (exit code {w.process.exitcode}; a script "
+                                   "that starts the server needs multiprocessing's `if __name__ == '__main__':` "
+                                   "guard; or run with processes=0)")
+        return started
 
-    async def run(self, fn: Callable, *args) -> Any:
-        from concurrent.futures.process import BrokenProcessPool
+    async def run(self, fn: Callable, m: LoadedModel, *args) -> Any:
+        """``fn(m's ref, *args)`` in a worker process (``fn``: one of the ``_worker_*`` tasks)."""
+        import pickle
 
-        pool = self.pool
+        loop = asyncio.get_running_loop()
+        worker = await self._acquire(loop)
+        key = (m.name, m.version)
+        ref = m.ref if key not in worker.held else (m.name, m.version, None, m.file)
+        future = loop.create_future()
+        worker.future = future
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
-        except BrokenProcessPool:
-            if self.pool is pool:  # the first request to see it replaces it
-                log.error("a worker process died: starting new ones")
-                pool.shutdown(wait=False, cancel_futures=True)
-                self.pool = await asyncio.get_running_loop().run_in_executor(None, self._start)
-            raise Unavailable("a worker process died while answering: ask again", field="processes",
-                              value=self.processes) from None
+            worker.conn.send_bytes(pickle.dumps((fn.__name__, ref, args)))
+        except OSError:
+            self._lost(worker)
+            raise Unavailable("a worker process died: ask again", field="processes", value=self.processes) from None
+        worker.held = {k for k in worker.held if k[0] != m.name} | {key}
+        ok, value = await future
+        if not ok:
+            raise value
+        return value
+
+    async def _acquire(self, loop) -> _Worker:
+        if self.closed:
+            raise Unavailable("the server is shutting down", field="processes", value=self.processes)
+        if self.idle:
+            worker = self.idle.pop()
+        else:
+            waiter = loop.create_future()
+            self.waiting.append(waiter)
+            try:
+                worker = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._release(waiter.result())  # handed over as this request was cancelled
+                raise
+        if worker.loop is not loop:  # the first request on this event loop: read its pipe there
+            worker.loop = loop
+            loop.add_reader(worker.conn.fileno(), self._readable, worker)
+        return worker
+
+    def _release(self, worker: _Worker) -> None:
+        while self.waiting:
+            waiter = self.waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(worker)
+                return
+        self.idle.append(worker)
+
+    def _readable(self, worker: _Worker) -> None:
+        import pickle
+
+        future, worker.future = worker.future, None
+        try:
+            reply = pickle.loads(worker.conn.recv_bytes())
+        except (EOFError, OSError, pickle.UnpicklingError):
+            self._lost(worker, future)
+            return
+        self._release(worker)  # before the answer: a request past its budget left it computing
+        if future is not None and not future.done():
+            future.set_result(reply)
+
+    def _lost(self, worker: _Worker, future: asyncio.Future | None = None) -> None:
+        """A worker died (its pipe closed): fail its request with 503 and start a new one."""
+        if worker.loop is not None:
+            worker.loop.remove_reader(worker.conn.fileno())
+        worker.conn.close()
+        if worker in self.idle:
+            self.idle.remove(worker)
+        if worker in self.workers:
+            self.workers.remove(worker)
+        if future is not None and not future.done():
+            future.set_result((False, Unavailable("a worker process died while answering: ask again",
+                                                  field="processes", value=self.processes)))
+        if self.closed:
+            return
+        log.error("worker process %s died: starting a new one", worker.process.pid)
+        loop = asyncio.get_running_loop()
+        replacement = loop.run_in_executor(None, self._spawn, 1)
+        def started(f) -> None:
+            if f.exception() is not None:
+                log.error("could not start a worker process: %s", f.exception())
+            elif self.closed:
+                f.result()[0].conn.close()
+            else:
+                self.workers.append(f.result()[0])
+                self._release(f.result()[0])
+        replacement.add_done_callback(started)
 
     def shutdown(self) -> None:
-        """Stop the workers and wait for them (their queues released cleanly: no resource tracker
-        warning); a request past its time budget may still be computing, bounded by its search
-        budget."""
-        import gc
-
-        pool, self.pool = self.pool, None
-        pool.shutdown(wait=True, cancel_futures=True)
-        del pool
-        gc.collect()  # the queues' semaphores released now: uvicorn ends by raising SIGTERM again
+        """Close the pipes (the workers exit) and wait for the workers, killing any still
+        computing a request past its time budget after 5 s."""
+        self.closed = True
+        for waiter in self.waiting:
+            if not waiter.done():
+                waiter.set_exception(Unavailable("the server is shutting down", field="processes"))
+        for w in self.workers:
+            if w.loop is not None and not w.loop.is_closed():
+                w.loop.remove_reader(w.conn.fileno())
+            w.conn.close()
+        for w in self.workers:
+            w.process.join(timeout=5)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join(timeout=5)
+        self.workers, self.idle = [], []
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -688,6 +828,7 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
     async def compute(fn: Callable[[], Any], budget_s: float, what: str) -> Any:
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(executor, fn) if callable(fn) else asyncio.ensure_future(fn)
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # an answer past the budget: dropped
         try:
             return await asyncio.wait_for(asyncio.shield(future), budget_s)
         except asyncio.TimeoutError:
@@ -767,7 +908,7 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
         m = app.state.registry.get(body.model)
 
         if procs is not None:
-            return answer(await procs.run(_worker_predict, m.ref, body.config, body.rate))
+            return answer(await procs.run(_worker_predict, m, body.config, body.rate))
         # Without worker processes: one evaluation (~1-3 ms) on the event loop. Handing it to a
         # thread and back cost more than the evaluation (two thread hops, the GIL to and fro).
         return answer(predict_cmd.to_json(*predict_cmd.answer(m.model, body.config, body.rate, compiled=m.compiled)))
@@ -778,7 +919,7 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
         u, slo, stat = targets_of(body)
 
         if procs is not None:
-            return answer(await compute(procs.run(_worker_plan, m.ref, body.rate, u, slo, stat, body.align,
+            return answer(await compute(procs.run(_worker_plan, m, body.rate, u, slo, stat, body.align,
                                                   config.plan_max_evaluations), config.time_budget_s, "the plan"))
 
         def run():
@@ -805,7 +946,7 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
         cfg = {**proposal, **(body.config or {})}
 
         if procs is not None:
-            return answer(await procs.run(_worker_validate, m.ref, body.rate, cfg, u, slo, stat))
+            return answer(await procs.run(_worker_validate, m, body.rate, cfg, u, slo, stat))
         # one evaluation, as predict: on the event loop
         return answer(validate_cmd.answer(m.model, body.rate, cfg, u, slo, stat, compiled=m.compiled).to_dict())
 

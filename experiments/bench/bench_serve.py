@@ -122,6 +122,14 @@ class Connection:
             return status, await self.reader.readexactly(length)
         raise ConnectionError("unreachable")
 
+    async def answered(self, path: str, body: bytes) -> bool:
+        """True when the POST got a 200; an error closes the connection (the next one reopens it)."""
+        try:
+            return (await self.post(path, body))[0] == 200
+        except (OSError, asyncio.IncompleteReadError):
+            self.close()
+            return False
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
@@ -142,12 +150,7 @@ async def predict_open_loop(port: int, token: str, rate: float, duration_s: floa
         body = json.dumps({"model": "wordcount", "rate": 1000.0 + 0.37 * (i % 10_000),
                            "config": {"split": 3, "count": 4}}).encode()
         sent = time.perf_counter()
-        try:
-            status, _ = await conn.post("/v1/predict", body)
-            ok = status == 200
-        except (OSError, asyncio.IncompleteReadError):
-            ok = False
-            conn.close()
+        ok = await conn.answered("/v1/predict", body)
         done = time.perf_counter()
         send_ms.append((done - sent) * 1e3)
         due_ms.append((done - due) * 1e3)
@@ -200,12 +203,7 @@ async def plan_closed_loop(port: int, token: str, clients: int, duration_s: floa
             body = json.dumps({"model": "bench50", "rate": base_rate * (1.0 + 0.01 * ((counter[0] % 101) / 100 - 0.5)),
                                **extra}).encode()
             sent = time.perf_counter()
-            try:
-                status, _ = await conn.post("/v1/plan", body)
-                ok = status == 200
-            except (OSError, asyncio.IncompleteReadError):
-                ok = False
-                conn.close()
+            ok = await conn.answered("/v1/plan", body)
             latencies.append((time.perf_counter() - sent) * 1e3)
             errors[0] += 0 if ok else 1
 

@@ -215,6 +215,27 @@ def test_the_worker_processes_answer_with_the_reloaded_version(tmp_path, capsys)
     assert _cli_json(capsys, ["plan", str(path), "--rate", "1500", "--latency-slo-ms", "20", "--json"])[1] == plan
 
 
+def test_a_dead_worker_process_is_replaced(tmp_path):
+    # (A worker dying while it answers costs that request a 503; an idle one is replaced before
+    # the next request needs it, which waits for the new worker.)
+    import os
+    import signal
+
+    shutil.copy(EXAMPLES / "wordcount.yaml", tmp_path / "wordcount.yaml")
+    config = _config(tmp_path, processes=1)
+    app = create_app(config, TOKEN)
+    pool = app.app.state.processes
+    body = {"model": "wordcount", "rate": 1500}
+    with BackgroundServer(app, config) as server, httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as c:
+        good = c.post("/v1/predict", json=body).json()
+        (worker,) = pool.workers
+        os.kill(worker.process.pid, signal.SIGKILL)
+        worker.process.join(10)
+        r = c.post("/v1/predict", json=body)
+        assert r.status_code == 200 and r.json() == good
+        assert len(pool.workers) == 1 and pool.workers[0].process.pid != worker.process.pid
+
+
 # ------------------------------------------------------------------ the command line
 
 
