@@ -106,20 +106,34 @@ def operator_key(job="job", operator="operator"):
                       F.col(operator) if isinstance(operator, str) else operator)
 
 
-def _operators(raw: DataFrame) -> DataFrame:
+def operator_links(raw: DataFrame) -> DataFrame:
+    """One row per (job, operator, target) of the raw rows: ``_lag`` (1 when the operator reports
+    ``source_lag`` there) and ``_edge`` (1 when it sends records_out to that target). Small, and
+    mergeable by ``max`` over (job, operator, target): the links of all rows are the union of the
+    links of any split of them, which is what an incremental summarize keeps between runs.
+    ``_rows`` (raw rows) and ``_natives`` (their distinct window_s) come with it, so a reader of
+    the links needs no other scan to count the rows or to check the output window."""
+    m, target = F.col("metric"), F.col("target")
+    return raw.groupBy("job", "operator", "target").agg(
+        F.max((m == "source_lag").cast("int")).alias("_lag"),
+        F.max(((m == "records_out") & target.isNotNull()).cast("int")).alias("_edge"),
+        F.count(F.lit(1)).alias("_rows"), F.collect_set("window_s").alias("_natives"))
+
+
+def _operators(raw: DataFrame, links: DataFrame | None = None) -> DataFrame:
     """The distinct operators of the raw rows, from one scan: ``_op`` (= ``operator_key``), job,
     operator, ``_lag`` (the operator reports ``source_lag``) and ``is_source`` (it reports
     ``source_lag``, or its job has edges and no edge targets it).
 
-    One small aggregate per (job, operator, target) carries whether the operator reports
-    ``source_lag`` and whether it sends records_out to that target; windows over its jobs give
-    the jobs with edges and the edge targets (no further scans of the raw rows, no joins).
+    One small aggregate per (job, operator, target) (``operator_links``; given as ``links`` when
+    the raw rows are only part of the history: the flags are properties of the whole job) carries
+    whether the operator reports ``source_lag`` and whether it sends records_out to that target;
+    windows over its jobs give the jobs with edges and the edge targets (no further scans of the
+    raw rows, no joins).
     A 64-bit hash collision between two operators (odds ~n^2 / 2^65 for n operators) would merge
     them: the query fails with an error instead (``raise_error``)."""
-    m, target = F.col("metric"), F.col("target")
-    links = raw.groupBy("job", "operator", "target").agg(
-        F.max((m == "source_lag").cast("int")).alias("_lag"),
-        F.max(((m == "records_out") & target.isNotNull()).cast("int")).alias("_edge"))
+    target = F.col("target")
+    links = operator_links(raw) if links is None else links
     job = Window.partitionBy("job")
     targets = F.collect_set(F.when(F.col("_edge") == 1, target)).over(job)
     names = links.select(
@@ -277,9 +291,12 @@ def _operator_stats(iw: DataFrame, flags: DataFrame, window_s: float) -> DataFra
     )
 
 
-def summarize(raw: DataFrame, window_s: float, persist: bool = False) -> Summary:
+def summarize(raw: DataFrame, window_s: float, persist: bool = False,
+              links: DataFrame | None = None) -> Summary:
     """Raw rows (the normalized schema) -> the three tables, windowed to ``window_s`` seconds.
 
+    ``links``: the ``operator_links`` of the whole history when ``raw`` is only the part of it
+    being recomputed (incremental summarize), so that source flags are the whole job's.
     ``persist=True`` materializes the (small) edge and operator aggregates once (two Spark
     actions here), so that the three tables do not each re-aggregate the raw rows; the caller
     unpersists (``spark.catalog.clearCache()``).
@@ -291,7 +308,7 @@ def summarize(raw: DataFrame, window_s: float, persist: bool = False) -> Summary
 
         edges = edges.persist(StorageLevel.MEMORY_AND_DISK)
         edges.count()
-    ops = _operator_stats(iw, _operators(raw).select("_op", "job", "operator", "is_source"),
+    ops = _operator_stats(iw, _operators(raw, links).select("_op", "job", "operator", "is_source"),
                           window_s)
 
     # lag growth over every operator's windows (one sort of the small operator aggregate); only

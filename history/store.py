@@ -17,6 +17,17 @@ lists, staging directories). Ingesting rows already stored changes nothing (no f
 version), because rows are deduplicated on the key (ts, job, operator, instance, metric, target).
 
 Spark reads the same files: ``MetricStore.raw_files()``.
+
+Incremental summaries: every write that adds raw rows records, under the manifest's ``pending``
+key, which native windows of which partition it touched (``{partition: {"runs": [[first_ts_us,
+last_ts_us], ...], "window_s": [...]}}``: runs of the new rows' distinct ``ts``, split where two
+consecutive ones are more than the largest native window apart, so every output window between
+the two ends of a run holds a new row; past ``MAX_PENDING_RUNS`` runs the closest are merged, which
+only over-approximates). A summarize consumes and clears it in the same commit that replaces the
+tables (``table_transaction``), and records each table file's ``window_start`` range and row count
+under ``table_ranges`` so the next summarize rewrites only the files holding windows it recomputes.
+Raw partitions are written in row groups of ``RAW_ROW_GROUP_ROWS`` rows sorted by ``ts``, so a
+reader filtering on ``ts`` (Spark, pyarrow) decodes only the row groups that overlap.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 from urllib.parse import quote, unquote
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,6 +57,14 @@ from history.validate import quarantine_frame, time_violations
 
 MANIFEST = "_manifest.json"
 FORMAT = 1
+
+RAW_ROW_GROUP_ROWS = 131_072
+"""Rows per Parquet row group of a raw partition (pyarrow's default is 1 Mi rows: a whole day of
+a busy job). Row groups are what a ``ts`` filter can skip (min/max statistics), so an incremental
+summarize of one new hour decodes ~this many rows per touched partition, not the whole day."""
+
+MAX_PENDING_RUNS = 256
+"""Most ``ts`` runs recorded per partition between two summaries (more: the closest are merged)."""
 
 
 @dataclass(frozen=True)
@@ -68,30 +88,67 @@ class WriteResult:
 
 @dataclass
 class TableTransaction:
-    """A summarize in progress: write each table's Parquet files under ``dir(name)``."""
+    """A summarize in progress: write each table's Parquet files under ``dir(name)``.
+
+    ``manifest`` is the committed manifest read under the lock (the summarize's view of the store:
+    ``raw``, ``pending``, the last ``summary``, ``tables``, ``table_ranges``; do not modify it).
+    ``keep[name]``: committed files of table ``name`` (manifest entries, as in
+    ``manifest["tables"][name]``) that stay in the new table beside the files written under
+    ``dir(name)``; by default none (the table is replaced). ``commit = False``: leave the store
+    as it is (nothing to do)."""
 
     stage: Path
     raw_files: list[str]
     summary: dict = field(default_factory=dict)
+    manifest: dict = field(default_factory=dict)
+    keep: dict = field(default_factory=dict)
+    commit: bool = True
+    root: Path | None = None
 
     def dir(self, name: str) -> Path:
         if name not in TABLE_SCHEMAS:
             raise StoreError("unknown table", field="table", value=name)
         return self.stage / "tables" / name
 
+    def path(self, entry: str) -> str:
+        """The absolute path of a manifest entry (``raw/...``, ``tables/...``)."""
+        return str((self.root or Path(".")) / entry)
+
 
 def _part_key(job: str, date: str) -> str:
     return f"job={quote(job, safe='')}/date={date}"
 
 
+def store_path(location: str | Path) -> Path:
+    """The directory of a store given as a path or a ``file://`` URI. Any other URI scheme
+    (``s3a://``, ``hdfs://``, ``gs://``...) is refused (``StoreError``, exit 2): the store commits
+    with a file lock and an atomic rename, which object stores do not offer; on a cluster, put the
+    store on a file system every node mounts at the same path (docs/history.md)."""
+    text = str(location)
+    if text.startswith("file://"):
+        from urllib.parse import unquote as _unquote, urlparse
+
+        parsed = urlparse(text)
+        if parsed.netloc not in ("", "localhost"):
+            raise StoreError("a file:// store must be on this machine (file:///path)", field="--store",
+                             value=text)
+        return Path(_unquote(parsed.path))
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):
+        raise StoreError("the store must be a directory on a (local or mounted) file system, a path or "
+                         "file:///path: it commits with a file lock and an atomic rename, which object "
+                         "stores do not offer", field="--store", value=text)
+    return Path(location)
+
+
 class MetricStore:
-    """A store directory. ``MetricStore(path)`` opens one; ``create=True`` makes it if absent."""
+    """A store directory. ``MetricStore(path)`` opens one; ``create=True`` makes it if absent.
+    ``path`` may be a ``file://`` URI (``store_path``)."""
 
     _fault_hook: Callable[[str], None] | None = None
     """Test seam: called with 'staged' and 'moved' during a write, before the commit."""
 
     def __init__(self, path: str | Path, create: bool = False) -> None:
-        self.path = Path(path)
+        self.path = store_path(path)
         """The store directory as given (messages name it so)."""
         self._root = self.path.absolute()
         """The same, absolute: every path handed out (``raw_files``, ``table_files``) is absolute,
@@ -127,7 +184,8 @@ class MetricStore:
     @staticmethod
     def _empty_manifest() -> dict:
         return {"format": FORMAT, "version": 0, "raw": {}, "quarantine": {},
-                "tables": {name: [] for name in TABLES}, "summary": None}
+                "tables": {name: [] for name in TABLES}, "summary": None, "pending": {},
+                "table_ranges": {}}
 
     def _read_manifest(self) -> dict:
         path = self.path / MANIFEST
@@ -254,10 +312,15 @@ class MetricStore:
                 final = f"raw/{key}/part-{txn}.parquet"
                 staged = stage / final
                 staged.parent.mkdir(parents=True, exist_ok=True)
+                fresh = merged["_new"].to_numpy(dtype=bool)
+                pending = new_manifest.setdefault("pending", {})
+                pending[key] = _pending_entry(pending.get(key), merged["ts"][fresh],
+                                              merged["window_s"][fresh])
+                merged = merged.drop(columns="_new")
                 merged = merged.sort_values(["ts", "operator", "instance", "metric", "target"],
                                             na_position="first", kind="stable")
                 pq.write_table(pa.Table.from_pandas(merged, schema=RAW_SCHEMA, preserve_index=False),
-                               staged)
+                               staged, row_group_size=RAW_ROW_GROUP_ROWS)
                 moves[final] = staged
                 new_manifest["raw"][key] = final
                 if old_file:
@@ -304,18 +367,31 @@ class MetricStore:
     @contextlib.contextmanager
     def table_transaction(self) -> Iterator[TableTransaction]:
         """Replace the summarized tables atomically: write them under ``tx.dir(name)`` (any
-        number of ``*.parquet`` files, e.g. Spark's output directory), set ``tx.summary``."""
+        number of ``*.parquet`` files, e.g. Spark's output directory), list the committed files
+        that stay in ``tx.keep[name]``, set ``tx.summary``. The commit clears ``pending`` (the
+        lock is held throughout, so every change recorded when it started is summarized) and
+        records each table file's ``window_start`` range and rows under ``table_ranges``."""
         with self._locked():
             manifest = self._read_manifest()
             self._recover(manifest)
             txn, stage = self._new_txn()
             try:
                 tx = TableTransaction(stage, [str(self._root / f) for f in
-                                              sorted(manifest["raw"].values())])
+                                              sorted(manifest["raw"].values())],
+                                      manifest=json.loads(json.dumps(manifest)), root=self._root)
                 yield tx
+                if not tx.commit:
+                    return
                 new_manifest = json.loads(json.dumps(manifest))
+                old_ranges = manifest.get("table_ranges") or {}
+                ranges: dict[str, list] = {}
                 moves: dict[str, Path] = {}
                 for name in TABLES:
+                    kept = list(tx.keep.get(name, []))
+                    unknown = set(kept) - set(manifest["tables"].get(name, []))
+                    if unknown:
+                        raise StoreError("a kept table file is not in the table", field="table",
+                                         value=sorted(unknown)[0])
                     files = sorted(p for p in tx.dir(name).rglob("*.parquet")
                                    if not p.name.startswith((".", "_")))
                     finals = []
@@ -323,8 +399,13 @@ class MetricStore:
                         final = f"tables/{name}/part-{txn}-{i:05d}.parquet"
                         moves[final] = staged
                         finals.append(final)
-                    new_manifest["tables"][name] = finals
+                        ranges[final] = _window_range(staged)
+                    for f in kept:
+                        ranges[f] = old_ranges.get(f) or _window_range(self._root / f)
+                    new_manifest["tables"][name] = kept + finals
                 new_manifest["summary"] = tx.summary
+                new_manifest["pending"] = {}
+                new_manifest["table_ranges"] = ranges
                 new_manifest["version"] = manifest["version"] + 1
                 superseded = {f for name in TABLES for f in manifest["tables"].get(name, [])}
                 self._publish(stage, moves, new_manifest, superseded)
@@ -368,13 +449,16 @@ class MetricStore:
                 tables.append(pq.read_table(p, filters=filters).select(schema.names).cast(schema))
         return pa.concat_tables(tables).to_pandas()
 
-    def check_files(self, files: list[str]) -> None:
+    def check_files(self, files: list[str]) -> dict[str, int]:
         """Read the Parquet footer of every file (paths as ``raw_files``/``table_files`` return
         them): ``StoreError`` naming the first that is not a Parquet file (truncated, overwritten)
-        before a reader such as Spark fails on it in the middle of a job. Cheap: the footers only."""
+        before a reader such as Spark fails on it in the middle of a job. Cheap: the footers only.
+        Returns each file's row count."""
+        rows = {}
         for f in files:
             with _corrupt_file_is_a_store_error(f):
-                pq.read_metadata(f)
+                rows[f] = pq.read_metadata(f).num_rows
+        return rows
 
     def _read_with_retry(self, files_of: Callable[[], list[str]], schema: pa.Schema, filters=None):
         try:
@@ -446,6 +530,73 @@ def _corrupt_file_is_a_store_error(path: str) -> Iterator[None]:
                          "restore it from a copy or rebuild the store with `augury ingest`", file=path) from None
 
 
+def _window_range(path: str | Path) -> list:
+    """[first window_start (epoch us), last window_start, rows] of a table file, from its footer
+    (the first two None when it has no rows or no statistics)."""
+    meta = pq.read_metadata(path)
+    column = meta.schema.names.index("window_start")
+    lo = hi = None
+    for i in range(meta.num_row_groups):
+        chunk = meta.row_group(i)
+        if chunk.num_rows == 0:
+            continue
+        stats = chunk.column(column).statistics
+        if stats is None or not stats.has_min_max:
+            return [None, None, meta.num_rows]
+        a, b = epoch_us(stats.min), epoch_us(stats.max)
+        lo = a if lo is None else min(lo, a)
+        hi = b if hi is None else max(hi, b)
+    return [lo, hi, meta.num_rows]
+
+
+def epoch_us(value) -> int:
+    """A Parquet statistic of a timestamp column (a datetime, naive meaning UTC, or int micros)
+    as epoch microseconds."""
+    if isinstance(value, int):
+        return value
+    stamp = pd.Timestamp(value)
+    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp
+    return int(stamp.as_unit("ns").value // 1000)
+
+
+def _pending_entry(previous: dict | None, ts: pd.Series, window_s: pd.Series) -> dict:
+    """The pending record of a partition after adding rows with these ``ts``/``window_s``:
+    the runs of their distinct timestamps merged with the runs already recorded."""
+    natives = sorted({float(w) for w in window_s.unique()} | set((previous or {}).get("window_s", [])))
+    gap = int(round(max(natives) * 1_000_000)) if natives else 0
+    stamps = np.unique(ts.to_numpy(dtype="datetime64[us]").astype(np.int64))
+    runs = [list(r) for r in (previous or {}).get("runs", [])]
+    if len(stamps):
+        breaks = np.flatnonzero(np.diff(stamps) > gap)
+        starts = np.concatenate([[0], breaks + 1])
+        ends = np.concatenate([breaks, [len(stamps) - 1]])
+        runs += [[int(stamps[a]), int(stamps[b])] for a, b in zip(starts, ends)]
+    return {"runs": merge_runs(runs, gap, MAX_PENDING_RUNS), "window_s": natives}
+
+
+def merge_runs(runs: list, gap: int, cap: int) -> list[list[int]]:
+    """Sorted [first, last] runs merged where they overlap or lie at most ``gap`` apart; then,
+    while more than ``cap``, merged across the smallest gaps (an over-approximation: a run covers
+    everything between its ends)."""
+    out: list[list[int]] = []
+    for a, b in sorted(runs):
+        if out and a - out[-1][1] <= gap:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    if len(out) > cap:
+        gaps = np.array([out[i + 1][0] - out[i][1] for i in range(len(out) - 1)])
+        threshold = np.sort(gaps)[len(out) - cap - 1]
+        merged: list[list[int]] = [out[0]]
+        for run, before in zip(out[1:], gaps):
+            if before <= threshold:  # at least len(out) - cap gaps are this small
+                merged[-1][1] = run[1]
+            else:
+                merged.append(run)
+        out = merged
+    return out
+
+
 def _empty(schema: pa.Schema) -> pd.DataFrame:
     return schema.empty_table().to_pandas()
 
@@ -455,7 +606,8 @@ def _empty_q() -> pd.DataFrame:
 
 
 def _merge(existing: pd.DataFrame, incoming: pd.DataFrame):
-    """(merged rows, n new, n already stored, [quarantine frames]) of one partition."""
+    """(merged rows with ``_new``: added by this write, n new, n already stored, [quarantine
+    frames]) of one partition."""
     keys = list(KEY_COLUMNS)
     left = existing.assign(_t=existing["target"].fillna("\x00"))
     right = incoming.assign(_t=incoming["target"].fillna("\x00"))
@@ -487,5 +639,4 @@ def _merge(existing: pd.DataFrame, incoming: pd.DataFrame):
         rejected.append(quarantine_frame(bad, Reason.TIME_EXCEEDS_WINDOW, detail.to_numpy()))
         merged = merged[~over]
     n_new = int(merged["_new"].sum())
-    return (merged.drop(columns="_new")[list(RAW_COLUMNS)].reset_index(drop=True), n_new,
-            int(same.sum()), rejected)
+    return (merged[[*RAW_COLUMNS, "_new"]].reset_index(drop=True), n_new, int(same.sum()), rejected)
