@@ -326,27 +326,31 @@ def _worker_model(ref: tuple[str, str, str | None, str]) -> tuple[Any, Any]:
     return found
 
 
-def _worker_predict(ref, config: dict, rate: float) -> dict:
+# The tasks answer with the JSON body itself: the encoding is done in the workers, not on the
+# server's one event loop, and bytes cross the pipe cheaper than a nested dict.
+
+
+def _worker_predict(ref, config: dict, rate: float) -> bytes:
     from augury.commands import predict as predict_cmd
 
     model, compiled = _worker_model(ref)
-    return predict_cmd.to_json(*predict_cmd.answer(model, config, rate, compiled=compiled))
+    return _dumps(predict_cmd.to_json(*predict_cmd.answer(model, config, rate, compiled=compiled)))
 
 
-def _worker_validate(ref, rate: float, config: dict, u: float, slo: float | None, stat: str) -> dict:
+def _worker_validate(ref, rate: float, config: dict, u: float, slo: float | None, stat: str) -> bytes:
     from augury.commands import validate as validate_cmd
 
     model, compiled = _worker_model(ref)
-    return validate_cmd.answer(model, rate, config, u, slo, stat, compiled=compiled).to_dict()
+    return _dumps(validate_cmd.answer(model, rate, config, u, slo, stat, compiled=compiled).to_dict())
 
 
-def _worker_plan(ref, rate: float, u: float, slo: float | None, stat: str, align: bool, max_evaluations: int) -> dict:
+def _worker_plan(ref, rate: float, u: float, slo: float | None, stat: str, align: bool, max_evaluations: int) -> bytes:
     from augury.commands import plan as plan_cmd
 
     model, compiled = _worker_model(ref)
     result, restart = plan_cmd.answer(model, rate, u, slo, stat, align, compiled=compiled,
                                       max_evaluations=max_evaluations)
-    return plan_cmd.to_json(result, restart)
+    return _dumps(plan_cmd.to_json(result, restart))
 
 
 _WORKER_TASKS = {f.__name__: f for f in (_worker_predict, _worker_validate, _worker_plan)}
@@ -882,7 +886,8 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
                         media_type="application/json")
 
     def answer(payload: Any) -> Response:
-        return Response(_dumps(payload), media_type="application/json")
+        """A 200 JSON answer: ``payload``, or its encoding already (bytes, from a worker process)."""
+        return Response(payload if isinstance(payload, bytes) else _dumps(payload), media_type="application/json")
 
     @app.get("/healthz")
     async def healthz():
