@@ -392,7 +392,12 @@ def _worker_main(conn, refs: list[tuple[str, str, str, str]]) -> None:
         try:
             reply = pickle.dumps((True, _WORKER_TASKS[task](ref, *args)))
         except AuguryError as err:  # the request's fault: the server answers 4xx naming the field
-            reply = pickle.dumps((False, err))
+            try:
+                reply = pickle.dumps((False, err))
+            except Exception:  # a value that does not pickle: named by its repr
+                plain = ServeError(err.message, file=err.file, field=err.field, value=_jsonable_value(err.value))
+                plain.status = getattr(err, "status", 400)
+                reply = pickle.dumps((False, plain))
         except Exception as err:  # a bug: its traceback on the server's stderr, a 500 to the client
             traceback.print_exc()
             reply = pickle.dumps((False, RuntimeError(f"worker process: {type(err).__name__}: {err}")))
