@@ -150,17 +150,12 @@ def parse_mapping(data: Any, file: str = "<mapping>") -> AdmissionMapping:
 
 def load_mapping(path: str | Path) -> AdmissionMapping:
     """Read a mapping file (YAML or JSON)."""
-    import yaml
+    from modeler.documents import read_document
 
     file = str(path)
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise AdmissionError("no such file", file=file, field="--admission") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise AdmissionError(f"not a readable YAML/JSON file ({first})", file=file) from None
-    return parse_mapping(data, file)
+    if not Path(path).exists():
+        raise AdmissionError("no such file", file=file, field="--admission")
+    return parse_mapping(read_document(path, "yaml", "admission mapping (YAML/JSON)", AdmissionError), file)
 
 
 # ----------------------------------------------------------------------------- the review

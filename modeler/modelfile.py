@@ -563,17 +563,10 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
 
 def parse_model_text(text: str, source: str | None = None, *, require_profiles: bool = True) -> JobModel:
     """Parse YAML or JSON text (JSON is YAML, but its errors are reported as JSON's)."""
-    stripped = text.lstrip()
-    try:
-        if stripped.startswith("{") or (source or "").endswith(".json"):
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
-        detail = str(err).replace("\n", " ")
-        raise ModelError(f"malformed model file: {detail}", file=source) from None
-    except RecursionError:  # thousands of nested [ or {: no model is that deep
-        raise ModelError("malformed model file: nested too deeply", file=source) from None
+    from modeler.documents import parse_document
+
+    fmt = "json" if text.lstrip().startswith("{") or (source or "").endswith(".json") else "yaml"
+    data = parse_document(text, fmt, "model file", ModelError, source)  # deep nesting, huge integers: ModelError
     try:
         return parse_model(data, source, require_profiles=require_profiles)
     except RecursionError:

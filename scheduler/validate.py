@@ -24,7 +24,6 @@ parallelism, in any of the shapes documented in ``docs/scheduler.md``.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,12 +179,9 @@ def read_proposal(path: str | Path, model: JobModel | None = None) -> dict[str, 
     Keys must be operator names of ``model`` (when given).
     """
     file = str(path)
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ProposalError("no such file", file=file) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ProposalError(f"not a readable JSON file ({err})", file=file) from None
+    from modeler.documents import read_document
+
+    data = read_document(path, "json", "proposal (JSON)", ProposalError)
     config = parse_proposal(data, file=file)
     if model is not None:
         known = set(model.operator_names)

@@ -35,7 +35,6 @@ file (``read_configs``: CSV/Parquet with one column per operator, or a JSON list
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -306,7 +305,9 @@ def read_configs(path: str | Path, compiled: CompiledModel, flag: str = "--confi
     suffix = path.suffix.lower()
     try:
         if suffix == ".json":
-            data = json.loads(path.read_text())
+            from modeler.documents import read_document
+
+            data = read_document(path, "json", "configurations file", SchedulerError, flag)
             if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
                 raise SchedulerError("expected a JSON list of {operator: parallelism} objects",
                                      file=str(path), field=flag)

@@ -37,7 +37,6 @@ import math
 import argparse
 import json
 import sys
-import tomllib
 from pathlib import Path
 
 from augury.commands._common import parse_duration_s
@@ -85,12 +84,9 @@ def load_run_config(path: str) -> dict:
     from scheduler.state import BlacklistConfig
     from scheduler.trust import TrustConfig
 
-    try:
-        raw = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise _fail(path, None, None, "no such file") from None
-    except tomllib.TOMLDecodeError as err:
-        raise _fail(path, None, None, f"not valid TOML ({err})") from None
+    from modeler.documents import read_document
+
+    raw = read_document(path, "toml", "run configuration (TOML)", UsageError)
     unknown = sorted(set(raw) - _SECTIONS)
     if unknown:
         raise _fail(path, unknown[0], None, f"unknown section (known: {', '.join(sorted(_SECTIONS))})")

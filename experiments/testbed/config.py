@@ -8,7 +8,6 @@ and contention. Times in ms unless a name ends in ``_s``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,8 +210,9 @@ def parse_testbed_config(data, source: str | None = None, model=None, **override
 
 def read_document(path: str | Path, kind: str):
     """The parsed content of a YAML or JSON file (JSON when it starts with ``{`` or ends in
-    ``.json``); ``kind`` names the file in errors ("fault file", "settings file")."""
-    import yaml
+    ``.json``); ``kind`` names the file in errors ("fault file", "settings file"). Parsed by
+    ``modeler.documents`` (the one document reader: deep nesting, huge integers refused there)."""
+    from modeler.documents import parse_document
 
     path = Path(path)
     try:
@@ -221,11 +221,8 @@ def read_document(path: str | Path, kind: str):
         raise TestbedError(f"cannot read {kind}: {err.strerror}", file=str(path)) from None
     except UnicodeDecodeError:
         raise TestbedError(f"{kind} is not UTF-8 text", file=str(path)) from None
-    try:
-        return json.loads(text) if text.lstrip().startswith("{") or path.suffix == ".json" \
-            else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
-        raise TestbedError(f"malformed {kind}: {str(err).splitlines()[0]}", file=str(path)) from None
+    fmt = "json" if text.lstrip().startswith("{") or path.suffix == ".json" else "yaml"
+    return parse_document(text, fmt, kind, TestbedError, str(path))
 
 
 def load_testbed_config(path: str | Path, model=None, **overrides) -> TestbedConfig:
