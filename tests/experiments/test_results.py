@@ -109,6 +109,36 @@ def test_write_then_check_and_check_detects_mismatches(logged, tmp_path):
     assert any("README.md" in p for p in results.check(md, readme, records))
 
 
+def test_an_experiment_without_a_run_here_keeps_its_previous_section(logged, tmp_path):
+    # mlflow stores are local: regenerating in a fresh checkout after re-running one experiment
+    # keeps the others' sections, figures and README rows, marked as carried over
+    _, _, records = logged
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    md, readme = docs / "RESULTS.md", tmp_path / "README.md"
+    readme.write_text(README)
+    results.write(md, readme, records)
+    assert "## norun\n\nNot run yet" in md.read_text() and "| norun | not run yet |" in readme.read_text()
+    # an earlier file had a run of norun: its section and README row are kept, the figure too
+    earlier = md.read_text().replace(
+        md.read_text().split("## norun\n\n", 1)[1].split("\n## ", 1)[0],
+        "Full run `abc123`, started 2026-11-26.\n\n![norun: old_plot](results/norun/old_plot.png)\n")
+    md.write_text(earlier)
+    (docs / "results" / "norun").mkdir(parents=True, exist_ok=True)
+    (docs / "results" / "norun" / "old_plot.png").write_bytes(b"from an earlier run")
+    readme.write_text(readme.read_text().replace("| norun | not run yet | | |", "| norun | full, 2026-11-26 | x | 1 |"))
+    results.write(md, readme, records)
+    text = md.read_text()
+    section = text.split("## norun\n\n", 1)[1].split("\n## ", 1)[0]
+    assert section.startswith(results.CARRIED) and "Full run `abc123`" in section
+    assert "- [norun](#norun) (carried over)" in text
+    assert (docs / "results" / "norun" / "old_plot.png").read_bytes() == b"from an earlier run"
+    assert "| norun | full, 2026-11-26 | x | 1 |" in readme.read_text()
+    assert results.check(md, readme, records) == []
+    results.write(md, readme, records)  # idempotent: the marker is not stacked
+    assert md.read_text() == text
+
+
 def test_main_write_and_check_exit_codes(logged, tmp_path, capsys):
     md, readme = tmp_path / "RESULTS.md", tmp_path / "README.md"
     readme.write_text(README)
