@@ -2,8 +2,9 @@
 requests/s sustained for 60 s on 2 cores; plan for the 50-operator DAG p99 < 150 ms with 10
 concurrent clients. Prints figures (not a timed test).
 
-Starts a real server (``python -m augury serve``, its own process) on 127.0.0.1 with the bundled
-``wordcount`` model and ``bench_plan``'s 50-operator DAG, then:
+Starts a real server (``python -m augury serve``, its own process, with its default worker
+processes unless ``--processes`` says otherwise) on 127.0.0.1 with the bundled ``wordcount``
+model and ``bench_plan``'s 50-operator DAG, then:
 
 1. predict, open loop: request i is due at ``i / --rate`` s for ``--duration`` seconds and goes
    out on a free keep-alive connection of ``--connections``; prints the achieved rate, how far
@@ -21,7 +22,8 @@ and reading the answers by their Content-Length (its status checked, the body no
 ms of CPU per request, so the server, not the client, has the 2 cores. (An httpx client in 8
 threads cost more CPU than the server did and fell seconds behind the schedule.) Printed beside
 the figures: the load average, and the CPU time the server and the client process used per
-request (from /proc and ``time.process_time``): other work on the machine moves every figure.
+request (from /proc: the event loop's process and its worker processes; ``time.process_time``):
+other work on the machine moves every figure.
 (``experiments`` never imports the command line: the server is a subprocess.)
 
     python experiments/bench/bench_serve.py [--duration 60] [--rate 200] [--plan-duration 30]
@@ -68,9 +70,9 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU time of process ``pid`` and its live descendants (the server's worker
-    processes), s (/proc)."""
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """User + system CPU time of process ``pid`` alone and with its live descendants (the
+    server's worker processes), s (/proc)."""
     stats = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -83,7 +85,14 @@ def _cpu_s(pid: int) -> float:
     for _ in range(3):  # children, grandchildren (spawn's resource tracker), ...
         tree |= {p for p, (ppid, _) in stats.items() if ppid in tree}
     total = sum(stats[p][1] for p in tree if p in stats)
-    return total / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return stats.get(pid, (0, 0))[1] / tick, total / tick
+
+
+def _cpu_line(what: str, server0: tuple[float, float], server1: tuple[float, float], client_s: float, n: int) -> str:
+    own, total = (server1[0] - server0[0]) / max(n, 1), (server1[1] - server0[1]) / max(n, 1)
+    return (f"  CPU per {what}: server {1e3 * total:.2f} ms (event loop process {1e3 * own:.2f} ms, worker processes "
+            f"{1e3 * (total - own):.2f} ms), client {1e3 * client_s / max(n, 1):.2f} ms; load average {_load()}")
 
 
 class Connection:
@@ -169,7 +178,7 @@ async def predict_open_loop(port: int, token: str, rate: float, duration_s: floa
         tasks.append(asyncio.create_task(one(conn, i, due)))
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - start
-    server_cpu, client_cpu = _cpu_s(server_pid) - cpu0, time.process_time() - client0
+    cpu1, client_cpu = _cpu_s(server_pid), time.process_time() - client0
     for _ in range(connections):
         (await idle.get()).close()
     late = np.asarray(late_ms)
@@ -179,8 +188,7 @@ async def predict_open_loop(port: int, token: str, rate: float, duration_s: floa
           f"p99 {np.percentile(late, 99):.2f} ms")
     print(f"  latency from send:     {_percentiles(send_ms)}")
     print(f"  latency from due time: {_percentiles(due_ms)}")
-    print(f"  CPU per request: server {1e3 * server_cpu / total:.2f} ms, client {1e3 * client_cpu / total:.2f} ms; "
-          f"load average {_load()}")
+    print(_cpu_line("request", cpu0, cpu1, client_cpu, total))
 
 
 async def plan_closed_loop(port: int, token: str, clients: int, duration_s: float, slo: float | None,
@@ -211,7 +219,7 @@ async def plan_closed_loop(port: int, token: str, clients: int, duration_s: floa
     started = time.perf_counter()
     await asyncio.gather(*(client(c) for c in conns))
     elapsed = time.perf_counter() - started
-    server_cpu, client_cpu = _cpu_s(server_pid) - cpu0, time.process_time() - client0
+    cpu1, client_cpu = _cpu_s(server_pid), time.process_time() - client0
     for c in conns:
         c.close()
     n = len(latencies)
@@ -220,8 +228,7 @@ async def plan_closed_loop(port: int, token: str, clients: int, duration_s: floa
           f"{duration_s:g} s:")
     print(f"  {n:,} plans in {elapsed:.1f} s = {n / elapsed:,.1f} plans/s, {errors[0]} errors")
     print(f"  latency: {_percentiles(latencies)}")
-    print(f"  CPU per plan: server {1e3 * server_cpu / max(n, 1):.2f} ms, client {1e3 * client_cpu / max(n, 1):.2f} ms; "
-          f"load average {_load()}")
+    print(_cpu_line("plan", cpu0, cpu1, client_cpu, n))
 
 
 async def _wait_healthy(port: int, server: subprocess.Popen) -> None:
