@@ -115,3 +115,25 @@ def test_an_unwritable_out_exits_3_before_the_work(tmp_path, capsys):
                  "--no-track"])
     err = capsys.readouterr().err.strip()
     assert code == 3 and "--out" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("edit", [
+    (0, "parallelism", 166),                 # the contention fit's solver did not converge: ValueError, exit 1
+    (3, "processed_rate", float("inf")),     # an infinite weight: ValueError from the regression
+    (1, "service_time_ms", float("inf")),
+    (2, "processed_rate", 1e300),
+])
+def test_windows_with_odd_numbers_calibrate_or_exit_2(tmp_path, capsys, edit):
+    """Issue 22 (found by tests/fuzz/test_files_and_flags.py): an operator_windows row with an odd
+    but storable number never escapes as a traceback; unusable windows are left out of the fit."""
+    rows = [dict(r) for r in ROWS]
+    i, column, value = edit
+    rows[i][column] = value
+    ops, edges = _chain_history(rows, selectivity=2.0)
+    store = _store_with(tmp_path, ops, edges)
+    out = tmp_path / "model.yaml"
+    code = main(["calibrate", "--store", str(store), "--job", "j", "--out", str(out), "--no-track"])
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err
+    if code == 0:
+        assert load_model(out).operator("a").service_time_ms == pytest.approx(1.0, rel=0.05)
