@@ -291,6 +291,8 @@ def planning_cases(draw):
     top = {}
     if draw(st.integers(0, 5)) == 0:
         top = {"buffer_timeout_ms": 1.0, "buffer_records": 8}
+    if draw(st.integers(0, 3)) == 0:  # bounded buffers: blocking couples senders to receivers
+        top["buffer_tuples"] = draw(st.integers(0, 10))
     model = parse_model({"augury": 1, "job": "t", "operators": ops, "edges": edges,
                          "network_delay_ms": 0.05, **top})
     # A rate between 10 % and 130 % of what the all-max configuration sustains at the target.
