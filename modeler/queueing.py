@@ -599,7 +599,8 @@ def _offered_for(util: np.ndarray, b: np.ndarray) -> np.ndarray:
             new = t - h / slope
         bad = ~np.isfinite(new) | (new <= lo) | (new >= hi)
         new = np.where(bad, 0.5 * (lo + hi), new)
-        done = np.abs(new - t) <= 1e-15 * np.maximum(1.0, np.abs(t))
+        # (log space: 1e-13 is the rounding noise of log P0, below which Newton only wanders)
+        done = np.abs(new - t) <= 1e-13 * np.maximum(1.0, np.abs(t))
         t = np.where(active, new, t)
         active &= ~done
         if not active.any():
@@ -694,7 +695,9 @@ class _Blocking:
         f_lo, _ = excess(lo)
         side = np.zeros(hi.shape)
         for _ in range(200):
-            open_ = (f_hi > 0) & (f_lo < 0) & (hi - lo > 1e-15 * hi)
+            # 1e-11 of the rate: past it the effective utilizations near a receiver at capacity
+            # move by their own rounding (P(block) is steep there), not by the rate.
+            open_ = (f_hi > 0) & (f_lo < 0) & (hi - lo > 1e-11 * hi)
             if not open_.any():
                 break
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -709,7 +712,9 @@ class _Blocking:
             lo, f_lo = np.where(up, r, lo), np.where(up, f, f_lo)
             hi, f_hi = np.where(down, r, hi), np.where(down, f, f_hi)
             side = np.where(up, 1, np.where(down, -1, side))
-        return np.where(finite, np.where(np.abs(f_lo) <= np.abs(f_hi), lo, hi), plain)
+        # (f_lo / f_hi may have been halved: the bracket, not them, says where the root is)
+        root = np.where(f_hi <= 0, hi, np.where(f_lo >= 0, lo, 0.5 * (lo + hi)))
+        return np.where(finite, root, plain)
 
 
 # ------------------------------------------------- tails: the path mixture's own distribution
