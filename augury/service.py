@@ -23,7 +23,9 @@ the ``--json`` object of the same command for the same inputs:
 
 Security: every path but ``/healthz`` needs ``Authorization: Bearer <token>`` (compared with
 ``hmac.compare_digest``; the token is never logged nor echoed); bodies above
-``max_body_bytes`` get 413 before they are parsed; plan, what-if and admission run on ``workers`` threads (predict and validate, one evaluation each, on the event loop);
+``max_body_bytes`` get 413 before they are parsed; predict, validate and plan are computed in
+``processes`` worker processes (``ProcessPool``; with 0, predict and validate on the event loop and
+plans on the threads), what-if and admission on ``workers`` threads;
 uvicorn answers 503 beyond ``max_connections`` at once; plan and what-if stop at
 ``time_budget_s`` (422 naming the budget). Every bad request gets a 4xx JSON
 ``{"error", "field", "value"}``; no traceback ever leaves the server.
@@ -811,7 +813,7 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
         registry = ModelRegistry(config.models_dir)
         registry.reload()
     procs = ProcessPool(config.processes, registry) if config.processes > 0 else None
-    if procs is None:
+    if procs is None or config.admission_file:  # admission reviews run here (the API server waits ~5 s)
         warm_up([(m.model, m.compiled) for m in registry.list()])
     metrics = Metrics()
     executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="augury-serve")
