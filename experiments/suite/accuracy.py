@@ -5,7 +5,8 @@ For every example model (the testbed's ground truth):
 1. **Calibrate** from history recorded on the testbed at two configurations (the example's
    own and one with more instances), at 35/60/85 % bottleneck utilization, through the real
    pipeline: normalized rows -> ``augury ingest`` -> Spark summarize -> ``modeler.calibrate``
-   (topology file = the example without its profile).
+   (topology file = the example without its profile, with the testbed's queue capacity as its
+   ``buffer_tuples``: the engine configuration a user would give; ``engine_buffer``).
 2. **Measure** on the testbed, at configurations drawn at random (seeded) that the calibration
    never saw: the max sustainable rate (drive at 1.6x capacity, measure what the sources push
    once the queues upstream of the bottleneck are full: the warm-up is extended by the time
