@@ -42,9 +42,9 @@ class AuguryError(Exception):
             where.append(_printable(str(self.file)))
         if self.field:
             where.append(f"field '{_printable(str(self.field))}'"
-                         + (f" = {self.value!r}" if self.value is not None else ""))
+                         + (f" = {_shown(self.value)}" if self.value is not None else ""))
         elif self.value is not None:
-            where.append(f"value {self.value!r}")
+            where.append(f"value {_shown(self.value)}")
         prefix = ": ".join(where)
         return f"{prefix}: {self.message}" if prefix else self.message
 
@@ -54,6 +54,18 @@ class AuguryError(Exception):
             self.file = str(file)
             self.args = (self.__str__(),)
         return self
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for a one-line message: an integer of more than 18 digits by its size, any
+    other value cut at 200 characters (a 400-digit or 5,000-character value names itself briefly)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
+        digits = len(str(abs(value))) if abs(value) < 10**4000 else "4,000+"
+        return f"<{digits}-digit integer>"
+    text = repr(value)
+    if isinstance(value, str) and text.strip("'\"").isdigit() and len(text) > 42:
+        return f"'<{len(text) - 2}-digit number>'"
+    return text if len(text) <= 200 else text[:160] + f"... ({len(text):,} characters)"
 
 
 def _printable(text: str) -> str:

@@ -325,10 +325,11 @@ def read_configs(path: str | Path, compiled: CompiledModel, flag: str = "--confi
 
 
 def _as_int(value, file: str, field_name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not float(value).is_integer():
-        raise SchedulerError("parallelism must be an integer", file=file, field=field_name, value=value)
-    return int(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)  # any size: the range is checked against the model (configs_space)
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    raise SchedulerError("parallelism must be an integer", file=file, field=field_name, value=value)
 
 
 def _frame_configs(frame: pd.DataFrame, compiled: CompiledModel, file: str) -> list[dict[str, int]]:

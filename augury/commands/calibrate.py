@@ -35,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
 
     from history.store import MetricStore
     from modeler.calibrate import CalibrationConfig, Calibrator
-    from modeler.errors import CalibrationError
-    from modeler.modelfile import dump_model, load_model
+    from modeler.errors import CalibrationError, ModelError
+    from modeler.modelfile import dump_model, load_model, parse_model_text
 
     from history.files import atomic_path, check_writable
 
@@ -70,6 +70,12 @@ def run(args: argparse.Namespace) -> int:
         raise CalibrationError("no operator could be calibrated: nothing to write", file=args.store,
                                field="job", value=args.job)
     text = dump_model(model, "json" if out.suffix == ".json" else "yaml")
+    try:  # the file written must be one augury reads back: every fitted number within modeler.limits
+        parse_model_text(text, str(out))
+    except ModelError as err:
+        raise CalibrationError(f"the fitted model would not be a valid model file ({err.message}; "
+                               f"{err.field} = {err.value!r}): the history's numbers are out of range",
+                               file=args.store, field="job", value=args.job) from None
 
     # --out is replaced only when everything succeeded, mlflow included: written to a temporary
     # file first, renamed over --out at the end (an mlflow failure leaves --out as it was).

@@ -8,7 +8,6 @@ and contention. Times in ms unless a name ends in ``_s``.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -16,6 +15,8 @@ from typing import Mapping
 import pandas as pd
 
 from experiments.testbed.errors import TestbedError
+from modeler.limits import (MAX_BUFFER_TUPLES, MAX_DURATION_S, MAX_KEYS, MAX_MODEL_NUMBER, MAX_QUEUE,
+                            check_number)
 
 SERVICE_DISTRIBUTIONS = ("auto", "exponential", "gamma", "lognormal", "deterministic", "bimodal")
 DELAY_DISTRIBUTIONS = ("deterministic", "exponential", "gamma", "lognormal")
@@ -100,31 +101,36 @@ class TestbedConfig:
         def bad(msg: str, fld: str, value) -> TestbedError:
             return TestbedError(msg, field=fld, value=value)
 
-        def number(fld: str, value, *, positive=False, integer=False, allow_none=False):
+        def number(fld: str, value, *, positive=False, integer=False, allow_none=False,
+                   maximum: float = MAX_MODEL_NUMBER):
+            """>= 0 (> 0 when ``positive``), finite, at most ``maximum`` (``modeler.limits``:
+            the one check for numbers, which compares a 400-digit integer as an integer)."""
             if value is None and allow_none:
                 return
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise bad("must be a finite number", fld, value)
-            if integer and int(value) != value:
-                raise bad("must be an integer", fld, value)
-            if positive and value <= 0:
-                raise bad("must be > 0", fld, value)
-            if value < 0:
+            if isinstance(value, (str, bool)) or not isinstance(value, (int, float)):
+                raise bad("must be a number", fld, value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
                 raise bad("must be >= 0 (negative times and sizes are invalid)", fld, value)
+            checked = check_number(value, fld, minimum=0, maximum=maximum, integer=integer, error=TestbedError)
+            if positive and checked <= 0:
+                raise bad("must be > 0", fld, value)
 
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+        if isinstance(self.seed, float):  # numpy seeds with an int
             raise bad("must be an integer >= 0", "seed", self.seed)
-        number("window_s", self.window_s, positive=True)
-        number("queue_capacity", self.queue_capacity, positive=True, integer=True)
-        number("restart_s", self.restart_s)
+        number("seed", self.seed, integer=True, maximum=2**63 - 1)
+        number("window_s", self.window_s, positive=True, maximum=MAX_DURATION_S)
+        number("queue_capacity", self.queue_capacity, positive=True, integer=True, maximum=MAX_QUEUE)
+        number("restart_s", self.restart_s, maximum=MAX_DURATION_S)
         number("contention_overhead", self.contention_overhead)
         number("network_delay_ms", self.network_delay_ms, allow_none=True)
         number("network_delay_scv", self.network_delay_scv)
         number("buffer_timeout_ms", self.buffer_timeout_ms, allow_none=True)
-        number("buffer_records", self.buffer_records, positive=True, integer=True, allow_none=True)
-        number("many_keys", self.many_keys, positive=True, integer=True)
-        number("max_backlog", self.max_backlog, positive=True, integer=True)
-        if not 0 < self.bimodal_slow_fraction < 1:
+        number("buffer_records", self.buffer_records, positive=True, integer=True, allow_none=True,
+               maximum=MAX_BUFFER_TUPLES)
+        number("many_keys", self.many_keys, positive=True, integer=True, maximum=MAX_KEYS)
+        number("max_backlog", self.max_backlog, positive=True, integer=True, maximum=MAX_QUEUE)
+        frac = self.bimodal_slow_fraction
+        if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac < 1:
             raise bad("must be within (0, 1)", "bimodal_slow_fraction", self.bimodal_slow_fraction)
         for fld, value, allowed in (
             ("service_distribution", self.service_distribution, SERVICE_DISTRIBUTIONS),
@@ -137,7 +143,7 @@ class TestbedConfig:
                 raise bad(f"unknown value (known: {', '.join(allowed)})", fld, value)
         try:
             start = pd.Timestamp(self.start_time)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):
             raise bad("not a timestamp", "start_time", self.start_time) from None
         if start is pd.NaT:
             raise bad("not a timestamp", "start_time", self.start_time)
@@ -155,7 +161,7 @@ class TestbedConfig:
             number(f"{where}.service_scv", ov.service_scv, allow_none=True)
             number(f"{where}.contention_overhead", ov.contention_overhead, allow_none=True)
             number(f"{where}.queue_capacity", ov.queue_capacity, positive=True, integer=True,
-                   allow_none=True)
+                   allow_none=True, maximum=MAX_QUEUE)
         return self
 
     @property

@@ -137,3 +137,18 @@ def test_windows_with_odd_numbers_calibrate_or_exit_2(tmp_path, capsys, edit):
     assert code in (0, 2) and "Traceback" not in err
     if code == 0:
         assert load_model(out).operator("a").service_time_ms == pytest.approx(1.0, rel=0.05)
+
+
+def test_a_fitted_number_beyond_the_model_files_limits_is_exit_2_and_keeps_out(tmp_path, capsys):
+    """Issue 22 (fuzz): a service time of 5e12 ms in the history was fitted and written (exit 0) as a
+    model file that load_model then refused; the model is now read back before --out is replaced."""
+    rows = [dict(r) for r in ROWS]
+    rows[0]["service_time_ms"] = 5e12
+    ops, edges = _chain_history(rows, selectivity=2.0)
+    store = _store_with(tmp_path, ops, edges)
+    out = tmp_path / "model.yaml"
+    out.write_text("the old model\n")
+    code = main(["calibrate", "--store", str(store), "--job", "j", "--out", str(out), "--no-track"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "service_time_ms" in err, err
+    assert out.read_text() == "the old model\n"

@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from tests.conftest import EXAMPLES
@@ -186,7 +186,7 @@ def test_run_configs(changes, text_damage):
     for (section, key), value in changes:
         doc.setdefault(section, {})[key] = value
     if _heavy_load(doc.get("metrics")):
-        return  # a valid rate the simulator would take seconds to hit its backlog limit with: not the contract
+        assume(False)  # a valid rate the simulator would take seconds to hit its backlog limit with: not a case
     text = _toml(doc)
     if text_damage is not None:  # cut the file short (a half-written config)
         text = text[:text_damage]

@@ -29,6 +29,15 @@ def test_message_names_file_field_and_value():
     assert err.exit_code == 2
 
 
+def test_huge_values_are_named_briefly_on_one_line():
+    """Issue 22: a 400-digit integer or a 5,000-character value in an error is shown by its size."""
+    assert "= <401-digit integer>:" in str(UsageError("too big", field="p", value=10**400))
+    assert "= '<400-digit number>':" in str(UsageError("too big", field="p", value="9" * 400))
+    long = str(UsageError("bad", field="job", value="x" * 5000))
+    assert len(long) < 260 and "(5,002 characters)" in long
+    assert str(UsageError("bad", field="p", value=12)) == "field 'p' = 12: bad"
+
+
 def test_importing_the_root_is_cheap():
     code = ("import sys, modeler.errors; "
             "heavy = [m for m in ('numpy', 'pandas', 'pyspark', 'augury') if m in sys.modules]; "
