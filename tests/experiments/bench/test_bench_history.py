@@ -52,3 +52,19 @@ def test_compare_sees_a_changed_column(small_spark, generated, tmp_path):
     pq.write_table(changed, tmp_path / "baseline.parquet")
     # relative to the baseline's value: |x - 1.01 x| / (1.01 x)
     assert compare(tmp_path / "spark", tmp_path / "baseline.parquet") == pytest.approx(0.01 / 1.01, rel=1e-6)
+
+
+def test_bulk_store_holds_the_generated_rows_in_ingest_layout(tmp_path):
+    from experiments.bench.bench_history import bulk_store
+    from history.store import MetricStore
+
+    (tmp_path / "raw").mkdir()
+    # windows from 23:58:20 on: the rows cross midnight, so two date partitions
+    rows, files = generate(5_000, tmp_path / "raw", first_window=8_630)
+    assert bulk_store(files, tmp_path / "store") == rows
+    store = MetricStore(tmp_path / "store")
+    assert sorted(store.raw_files()) == sorted(str(p) for p in (tmp_path / "store" / "raw").rglob("*.parquet"))
+    assert len(store.raw_files()) == 2 and sum(store.check_files(store.raw_files()).values()) == rows
+    raw = store.raw()
+    assert len(raw) == rows and raw["ts"].is_monotonic_increasing
+    assert raw["ts"].min().isoformat() == "2024-05-01T23:58:20+00:00"
