@@ -70,3 +70,15 @@ def test_local_spark_listens_on_loopback_only(spark):
     driver_port = int(conf.get("spark.driver.port"))
     assert driver_port in {port for _, port in sockets}, sockets
     assert all(address in ("127.0.0.1", "::1", "::ffff:127.0.0.1") for address, _ in sockets), sockets
+
+
+def test_every_spark_session_is_started_by_spark_session():
+    """``history summarize``, ``whatif --spark-master``, the demo and the experiments get the
+    loopback settings because none of them builds a session itself: ``SparkSession.builder``
+    appears in history/spark.py only (issue 22: Spark bound every interface during summarize and
+    whatif). Checked by hand with ``ss -ltnp`` during both commands: every LISTEN socket of their
+    JVM on 127.0.0.1."""
+    root = Path(__file__).resolve().parents[2]
+    builders = [str(path.relative_to(root)) for package in ("augury", "history", "modeler", "scheduler", "experiments")
+                for path in (root / package).rglob("*.py") if ".builder" in path.read_text(encoding="utf-8")]
+    assert builders == ["history/spark.py"], builders
