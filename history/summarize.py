@@ -303,7 +303,8 @@ def summarize_store(store: str | Path, window_s: float | None = None, master: st
         with _unreadable_file_is_a_store_error():
             try:
                 if decided.full_reason is not None:
-                    done = _full(spark, tx, window_s, raw_rows)
+                    with _small_input(spark, raw_rows):
+                        done = _full(spark, tx, window_s, raw_rows)
                 else:
                     done = _incremental(spark, tx, decided, last)
             finally:
@@ -366,8 +367,43 @@ def _full(spark, tx: TableTransaction, window_s: float | None, raw_rows: int) ->
             "files": len(tx.raw_files), "windows": windows}
 
 
+SMALL_INPUT_ROWS = 2_000_000
+"""A run that reads fewer raw rows than this (a small store, or an incremental run's re-opened
+windows) runs with whole-stage code generation and adaptive execution off (``_small_input``)."""
+
+
+@contextmanager
+def _small_input(spark, rows: int):
+    """For a small input, Spark's fixed costs dominate: compiling and JIT-compiling generated code
+    for every query (seconds in a fresh JVM, for a few thousand rows), adaptive execution's extra
+    job per query stage, and a task per shuffle partition (on a cluster each task is a round trip
+    to an executor): code generation and adaptive execution off, 2 shuffle partitions. These
+    settings change the plan, never the result; restored after."""
+    if rows >= SMALL_INPUT_ROWS:
+        yield
+        return
+    keys = {"spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false",
+            "spark.sql.shuffle.partitions": "2"}
+    before = {key: spark.conf.get(key, None) for key in keys}
+    for key, value in keys.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
 def _incremental(spark, tx: TableTransaction, decided: Plan, last: dict) -> dict:
-    from pyspark.sql import functions as F
+    files, scanned = _raw_to_read(tx, decided.ranges, _us(float(decided.window_s)))
+    with _small_input(spark, scanned):
+        return _incremental_run(spark, tx, decided, last)
+
+
+def _incremental_run(spark, tx: TableTransaction, decided: Plan, last: dict) -> dict:
     from pyspark.sql import types as T
 
     from history.pipeline import operator_links, summarize
