@@ -189,9 +189,8 @@ def test_preemptive_replans_when_the_load_leaves_the_forecast_band(band_quantile
     decisions, _ = _windows_through(decider, ev, ctx, 6, 300.0)
     assert decider.reactive_replans_ == replans and len(decider.schedules_) == 1 + replans
     if replans:
-        # the miss re-scales the path and its band by measured / forecast (1,300 / 1,000)
-        assert decider.correction_ == pytest.approx(1.3)
-        assert decider.band_at(clock(ctx.now_s)) == pytest.approx(1300.0, rel=1e-3)
+        assert decider.correction_ == 1.0  # no miss correction by default
+        assert decider.band_at(clock(ctx.now_s)) == pytest.approx(1000.0)
         assert any("left the forecast's 0.95 quantile band" in r for d in decisions for r in d.reasons)
 
 
@@ -217,6 +216,8 @@ def test_preemptive_plans_a_missed_level_at_the_reactive_margin(correct, expecte
         assert scaled and scaled[-1].config["a"] == expected_a and scaled[-1].config["b"] == 2
         assert decider.correction_ == pytest.approx(1.5)
         assert any("scaled by 1.50" in r for d in decisions for r in d.reasons)
+        # the band is re-scaled with the path: the same miss does not trigger again
+        assert decider.band_at(decider.clock(ctx.now_s)) == pytest.approx(1500.0, rel=1e-3)
     else:
         assert not scaled
 
@@ -226,7 +227,7 @@ def test_preemptive_holds_a_scale_down_the_band_or_the_last_hour_does_not_allow(
     # over the next hour or the load measured over the last hour exceeds that; safe otherwise.
     ev, ctx = setup(500.0, config={"a": 3, "b": 2})
     now = pd.Timestamp("2026-01-08 10:00")
-    decider = PreemptiveDecider(PreemptiveConfig(stabilization_s=3600.0), clock=lambda s: now)
+    decider = PreemptiveDecider(PreemptiveConfig(stabilization_s=3600.0, safe_scale_down=True), clock=lambda s: now)
     decider._grid = pd.Timedelta(minutes=15)
     smaller = {"source": 1, "a": 1, "b": 1}
     steps = pd.date_range(now - pd.Timedelta(minutes=15), periods=12, freq="15min")
