@@ -97,14 +97,15 @@ def run(args: argparse.Namespace) -> int:
         figure = _forecast_figure(reg, fitted, result) if (args.plot or not args.no_track) else None
     if args.plot:
         save_plot(figure, args.plot)
-    if not args.no_track:
-        _track(args, payload, figure, quantiles, horizon_s)
     if args.json:
         print_json(payload)
     elif args.backtest:
         _print_backtest(payload)
     else:
         _print_forecast(payload, quantiles)
+    if not args.no_track:  # after the answer is printed: a tracking store that cannot be reached is
+        sys.stdout.flush()  # then exit 3 with one line (the answer is not lost, the failure not hidden)
+        _track(args, payload, figure, quantiles, horizon_s)
     return 0
 
 
@@ -224,31 +225,30 @@ def _backtest_figure(bt, quantiles):
 
 
 def _track(args, payload: dict, figure, quantiles, horizon_s: float) -> None:
-    try:
-        from experiments import tracking
+    """Log the run to mlflow. A tracking store that cannot be reached or written is
+    ``TrackingUnavailable`` (exit 3, like calibrate), no longer a warning with exit 0."""
+    from experiments import tracking
 
-        kind = "backtest" if args.backtest else "fit"
-        with tracking.start_run("forecast", run_name=f"{kind} {Path(args.series).name}",
-                                tags={"command": "forecast", "kind": kind}):
-            tracking.log_params({
-                "series": args.series, "kind": kind, "requested_method": args.method,
-                "horizon_s": horizon_s, "quantiles": ",".join(f"{q:g}" for q in quantiles),
-                "step": args.step, "season": args.season,
-                "folds": args.folds if args.backtest else None,
-            })
-            if args.backtest:
-                tracking.log_params({"method": payload["method"],
-                                     "season_steps": payload["season_steps"],
-                                     "step_s": payload["step_s"]})
-                tracking.log_metrics({k: payload[k] for k in ("mase", "smape", "coverage",
-                                                              "baseline", "n_points", "n_missing")})
-            else:
-                tracking.log_params({k: payload[k] for k in ("method", "season_steps", "weekly",
-                                                             "step_s", "n_obs")})
-                tracking.log_metrics({"n_missing": payload["n_missing"],
-                                      "validation_mase": payload["validation_mase"]})
-            tracking.log_dict(payload, f"{kind}.json")
-            if figure is not None:
-                tracking.log_figure(figure, f"{kind}.png")
-    except Exception as err:  # tracking must never lose the user's answer
-        print(f"augury forecast: warning: mlflow logging failed: {err}", file=sys.stderr)
+    kind = "backtest" if args.backtest else "fit"
+    with tracking.start_run("forecast", run_name=f"{kind} {Path(args.series).name}",
+                            tags={"command": "forecast", "kind": kind}):
+        tracking.log_params({
+            "series": args.series, "kind": kind, "requested_method": args.method,
+            "horizon_s": horizon_s, "quantiles": ",".join(f"{q:g}" for q in quantiles),
+            "step": args.step, "season": args.season,
+            "folds": args.folds if args.backtest else None,
+        })
+        if args.backtest:
+            tracking.log_params({"method": payload["method"],
+                                 "season_steps": payload["season_steps"],
+                                 "step_s": payload["step_s"]})
+            tracking.log_metrics({k: payload[k] for k in ("mase", "smape", "coverage",
+                                                          "baseline", "n_points", "n_missing")})
+        else:
+            tracking.log_params({k: payload[k] for k in ("method", "season_steps", "weekly",
+                                                         "step_s", "n_obs")})
+            tracking.log_metrics({"n_missing": payload["n_missing"],
+                                  "validation_mase": payload["validation_mase"]})
+        tracking.log_dict(payload, f"{kind}.json")
+        if figure is not None:
+            tracking.log_figure(figure, f"{kind}.png")

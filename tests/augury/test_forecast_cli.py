@@ -115,3 +115,15 @@ def test_fit_and_backtest_are_logged_to_mlflow(csv, capsys):
     assert artifacts == {"backtest.json", "backtest.png"}
     fit_artifacts = {a.path for a in client.list_artifacts(kinds["fit"].info.run_id)}
     assert fit_artifacts == {"fit.json", "fit.png"}
+
+
+def test_an_unreachable_tracking_store_is_exit_3_after_the_answer(csv, capsys, monkeypatch):
+    """Issue 22 (by-hand re-run): an unreachable mlflow was a warning with exit 0 for forecast
+    (exit 3 for calibrate). Now the answer is printed, then one line naming the store, exit 3."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # discard port: connection refused
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    code = main(["forecast", str(csv), "--horizon", "2h", "--json"])
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 3 and len(err.splitlines()) == 1 and "MLFLOW_TRACKING_URI" in err, err
+    assert json.loads(captured.out)["method"]  # the answer, whole
