@@ -312,7 +312,12 @@ class _Problem:
         names = compiled.names
         idx = compiled.index
         self.base = compiled.config_array([{}])[0]
-        self.coupled = any(e.grouping == "broadcast" for e in model.edges)
+        self.blocking = model.buffer_tuples is not None or any(e.buffer_tuples is not None for e in model.edges)
+        """Bounded buffers: no latency bound prunes (``_bound``, ``_global_bound``) and no
+        monotonicity is assumed (``coupled``). Hypothesis found, with buffer_tuples 0 on one edge,
+        a buffered mean below the unbuffered (relaxed) one, and a mean that rises when an operator
+        gains an instance: neither the relaxed bound nor monotonicity holds there."""
+        self.coupled = self.blocking or any(e.grouping == "broadcast" for e in model.edges)
         batching = model.buffer_timeout_ms > 0 and model.buffer_records > 1
         in_edges = {v: compiled.in_edges[v] for v in range(len(names))}
         seen: set[int] = set()
@@ -631,6 +636,8 @@ def _bound(prob: _Problem, vals: np.ndarray, rem: np.ndarray, later: Sequence[in
     (``later`` unassigned, ``rem`` instances left): the real model when all of ``later`` are
     monotone in it, else the relaxed model. The mean, and for a p95/p99 SLO (``threshold``
     given) the larger of the mean and that statistic, which is monotone as well."""
+    if prob.blocking:  # no valid bound under blocking (``_Problem.blocking``): nothing is pruned
+        return np.full(len(vals), -np.inf)
     top = _raise_to_budget(prob, vals, rem, later, costs)
     relaxed = not all(prob.var[j].monotone for j in later)
     P = prob.config_matrix(top)
@@ -846,6 +853,8 @@ def _global_bound(prob: _Problem, b: np.ndarray) -> tuple[np.ndarray, float] | N
     the statistic, both monotone) of every configuration, and where it is reached: every
     relaxable group at its top (in the real model when all groups are monotone, else the relaxed
     one), broadcast-fed groups enumerated jointly. None when that enumeration is too large."""
+    if prob.blocking:  # no valid bound under blocking (``_Problem.blocking``)
+        return None
     enum = [j for j, g in enumerate(prob.var) if not g.relaxable]
     top = np.array([g.domain[-1] for g in prob.var], dtype=np.int64)
     total = 1
