@@ -489,7 +489,7 @@ class PreemptiveDecider:
 
     def band_at(self, now: pd.Timestamp) -> float | None:
         """The upper band's forecast for the grid step holding ``now`` (None before any)."""
-        band = getattr(self, "_band", None)
+        band = self._band
         if band is None or not len(band):
             return None
         before = band[band.index <= now]
@@ -502,14 +502,14 @@ class PreemptiveDecider:
         p = self.config
         span = pd.Timedelta(seconds=p.stabilization_s)
         need, why = 0.0, ""
-        band = getattr(self, "_band", None)
+        band = self._band
         if band is not None and len(band):
             ahead = band[(band.index > now - self.grid()) & (band.index <= now + span)]
             if len(ahead) and float(ahead.max()) > need:
                 need, why = float(ahead.max()), f"the forecast's {p.band_quantile:g} band reaches"
         seen = [v for t, v in self._measured.items() if t >= now - span]
         if seen and max(seen) > need:
-            need, why = max(seen), "the load measured over the last hour reached"
+            need, why = max(seen), f"the load measured over the last {p.stabilization_s / 60:g} min reached"
         cap = self.capacity(ctx.model, target, ctx.targets)
         if need <= cap:
             return None
@@ -554,12 +554,12 @@ class PreemptiveDecider:
             expected = float(at_now.iloc[-1]) if len(at_now) else float(forecast.iloc[0])
             ratio = float(recent) / expected if expected > 0 else 1.0
             if ratio > 1.0:
-                ahead_s = np.maximum((forecast.index - now).total_seconds().to_numpy(), 0.0)
-                fade = np.exp(-ahead_s / p.miss_correction_s)
-                forecast = forecast * (1.0 + (ratio - 1.0) * fade)
-                if getattr(self, "_band", None) is not None:
-                    band_ahead = np.maximum((self._band.index - now).total_seconds().to_numpy(), 0.0)
-                    self._band = self._band * (1.0 + (ratio - 1.0) * np.exp(-band_ahead / p.miss_correction_s))
+                def corrected(path: pd.Series) -> pd.Series:
+                    ahead_s = np.maximum((path.index - now).total_seconds().to_numpy(), 0.0)
+                    return path * (1.0 + (ratio - 1.0) * np.exp(-ahead_s / p.miss_correction_s))
+                forecast = corrected(forecast)
+                if self._band is not None:
+                    self._band = corrected(self._band)
                 self.correction_ = ratio
         forecast = forecast[forecast.index > now]
         targets = ctx.targets

@@ -240,7 +240,7 @@ def test_preemptive_holds_a_scale_down_the_band_or_the_last_hour_does_not_allow(
     assert why and "band reaches 900/s" in why and "700/s" in why
     decider._band = pd.Series(600.0, index=steps)
     decider._measured[now - pd.Timedelta(minutes=50)] = 800.0  # the last hour saw 800/s
-    assert "measured over the last hour reached 800/s" in decider._unsafe_scale_down(now, ctx, smaller)
+    assert "measured over the last 60 min reached 800/s" in decider._unsafe_scale_down(now, ctx, smaller)
     decider._measured = type(decider._measured)({now - pd.Timedelta(minutes=70): 800.0})  # older: forgotten
     assert decider._unsafe_scale_down(now, ctx, smaller) is None
 
