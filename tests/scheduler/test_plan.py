@@ -363,8 +363,10 @@ def test_relaxed_model_is_a_lower_bound_and_monotone(case):
     real = predict_batch(compiled, P, rate)
     low = predict_batch(relaxed, P, rate)
     assert np.all(low.latency_mean_ms <= real.latency_mean_ms * (1 + 1e-9))
-    for stat in ("p95", "p99"):  # the tails bound as well (numerical inversion: up to ~2e-7)
-        assert np.all(low.latency(stat) <= real.latency(stat) * (1 + 1e-6)), stat
+    # The tails bound as well, up to the Euler inversion's error (M = 14): ~2e-7 typically, 1.02e-6
+    # seen in CI (stop 31) on a 5-operator case with two equal p95s, so 1e-5 as at line ~409.
+    for stat in ("p95", "p99"):
+        assert np.all(low.latency(stat) <= real.latency(stat) * (1 + 1e-5)), stat
     for names, dom in groups:
         if any(e.grouping == "broadcast" for e in model.edges if e.target in names):
             continue
@@ -374,7 +376,7 @@ def test_relaxed_model_is_a_lower_bound_and_monotone(case):
         more = predict_batch(relaxed, Q, rate)
         assert np.all(more.latency_mean_ms <= low.latency_mean_ms * (1 + 1e-9)), names
         for stat in ("p95", "p99"):
-            assert np.all(more.latency(stat) <= low.latency(stat) * (1 + 1e-6)), (names, stat)
+            assert np.all(more.latency(stat) <= low.latency(stat) * (1 + 1e-5)), (names, stat)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
