@@ -1,6 +1,6 @@
 """Run the whole experiment suite, one experiment after another, and time it.
 
-    python -m experiments.run_suite [--quick] [--only NAME ...] [--seed N] [--json F]
+    python -m experiments.run_suite [--quick] [--only NAME ...] [--seed N ...] [--json F]
 
 Each experiment runs as its own ``augury experiment run NAME`` process (a fresh interpreter, its
 own Spark and Flink as the experiment starts them; logged to mlflow at
@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the --quick variants (as in CI)")
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these (repeatable)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed passed to every experiment (default 0)")
+    parser.add_argument("--seed", type=int, action="append", default=[], metavar="N",
+                        help="seeds passed to every experiment (repeatable); default: none, so each experiment "
+                             "runs its own default set (one --seed would cut the multi-seed ones to that seed)")
     parser.add_argument("--json", type=Path, default=None, metavar="F", help="also write the timings as JSON")
     args = parser.parse_args(argv)
     names = list(experiment_names())
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     for name in names:
         began = time.monotonic()
-        cmd = command + ["experiment", "run", name, "--seed", str(args.seed)] + (["--quick"] if args.quick else [])
+        cmd = command + ["experiment", "run", name] + [f"--seed={s}" for s in args.seed] + (["--quick"] if args.quick else [])
         code = subprocess.run(cmd, check=False).returncode
         seconds = time.monotonic() - began
         rows.append({"name": name, "exit_code": code, "seconds": round(seconds, 1),
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'total':<22} {'':7} {total:8.1f} s = {total / 60:.1f} min "
           f"({'quick' if args.quick else 'full'} suite, {len(rows)} experiments)", flush=True)
     if args.json is not None:
-        args.json.write_text(json.dumps({"quick": args.quick, "seed": args.seed, "experiments": rows,
+        args.json.write_text(json.dumps({"quick": args.quick, "seeds": args.seed, "experiments": rows,
                                          "total_seconds": round(total, 1)}, indent=2) + "\n")
     return 0 if all(r["exit_code"] == 0 for r in rows) else 1
 

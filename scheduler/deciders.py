@@ -340,21 +340,22 @@ class PreemptiveConfig:
     ceiling, the margin a reactive scaler keeps (the Flink autoscaler's 0.7), until the next
     periodic re-plan restores the ceiling. 1.0 = the targets' own (the default); 0.7 was
     measured: see ``safe_scale_down``."""
-    safe_scale_down: bool = False
+    safe_scale_down: bool = True
     """Hold a planned scale-down unless the smaller configuration covers both the forecast's
     upper band (``band_quantile``) over the next ``stabilization_s`` and the highest load
     measured over the last ``stabilization_s`` (at the utilization target). A scale-down
     undone within the hour costs two restarts and their drains; holding it costs a few
     instance-minutes (the asymmetry the Flink autoscaler's 1 h scale-down delay answers).
 
-    Off by default, with ``miss_correction_s`` 0 and ``miss_utilization_target`` 1.0, because
-    the three together (2 h, 0.7, on) did not hold up on the evaluation days: better on the
-    held-out tuning days (one per trace: 48.1 -> 14.7 violation minutes, 267 -> 276
-    instance-hours) and on NYC taxi's evaluation days (21.6 -> 12.7 min, 335 -> 372 inst-h;
-    the Flink rules 18.1 / 452), but worse over the four traces' 12 evaluation days (seed 0,
-    WordCount: 86.8 -> 129.7 min, 842 -> 888 inst-h; the Flink rules 73.4 / 964): on WC98
-    match-day spikes (2.7x in 12 min) the model went on probation and the reactive path took
-    five windows to scale (docs/RESULTS.md and the issue-20 notes)."""
+    On by default, chosen on the held-out tuning days only (``experiments.suite.preemptive``'s
+    ``TUNING_DAYS``, one per trace, seed 0, WordCount, augury's learned model; 2026-11-28): off
+    48.1 violation minutes / 314.7 instance-hours / 17 changes, on 15.3 / 326.1 / 11 (the Flink
+    rules 21.8 / 291.9 / 11); most of the minutes it saves are the first hour's scale-downs below
+    a load that had not yet fallen and scale-downs to 0.86 utilization whose p99 broke the SLO.
+    ``miss_correction_s`` (7200) on top changed the tuning days little (14.7 / 329.9); the three
+    settings together (2 h, 0.7, on) had been worse on the evaluation days (86.8 -> 129.7 min,
+    WC98's match-day spikes), so those two stay off. The evaluation days' figures are in
+    docs/RESULTS.md (preemptive)."""
 
 
 def epoch_clock(now_s: float) -> pd.Timestamp:
