@@ -11,8 +11,11 @@ For every example model (the testbed's ground truth):
    never saw: the max sustainable rate (drive at 1.6x capacity, measure what the sources push
    once the queues upstream of the bottleneck are full: the warm-up is extended by the time
    they take to fill, ``max_rate_warmup_s``; with the plain 10 s warm-up the sources' rate still
-   included the filling, +4.9 % on a pipeline configuration with 11,000 queue slots upstream),
-   then at loads of 10-95 % of that measured rate the throughput and the mean and p99
+   included the filling, +4.9 % on a pipeline configuration with 11,000 queue slots upstream;
+   a job with several sources is fed by one generator that keeps their rate shares,
+   ``experiments.recording.mix_coupled``: independently back-pressured sources summed to 3-16 %
+   above or below the rate the job sustains at its mix on random-2, which put its loads at up to
+   ~0.98 where the table said 0.85), then at loads of 10-95 % of that measured rate the throughput and the mean and p99
    end-to-end latency of every tuple reaching a sink (after a warm-up); and the throughput at
    1.3x the measured max rate (overload, where capping matters).
 3. **Predict** the same quantities with augury's calibrated model (``modeler.queueing.predict``)
@@ -175,9 +178,11 @@ def max_rate_warmup_s(truth, config: Mapping[str, int], plan: Plan, overload: fl
     bottleneck back), sized with the true model's visit ratios (this only sets how long to wait);
     at most ``_QUEUE_FILL_CAP_S`` more; rounded up to whole metric windows (so the measurement
     keeps its ``max_rate_s``)."""
+    from experiments.recording import max_rate_setup
     from experiments.testbed import TestbedConfig
     from modeler.queueing import compile_model, predict
 
+    truth, config = max_rate_setup(truth, config)  # the job as measure_max_rate drives it
     compiled = compile_model(truth)
     p = predict(compiled, config, 1.0)
     if p.bottleneck is None or not math.isfinite(p.max_rate):
