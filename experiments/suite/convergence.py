@@ -495,7 +495,7 @@ def assess(timeline: pd.DataFrame, step_s: float, reference: int, new_rate: floa
     reconfigs = int(applied.sum())
     stable = bool(seg[-min(tail_windows, len(seg))] == seg[-1] and not applied[-1])
     out = {"steps": float(suffix) if reached else math.nan, "reached": reached, "on_reference": on_reference,
-           "final_instances": final,
+           "final_instances": final, "first_instances": seg_inst[1] if n_seg > 1 else seg_inst[0],
            "over_provisioning": final / reference - 1.0, "slo_met": slo_met, "final_p99_ms": final_p99,
            "reconfigurations": reconfigs, "stable_at_end": stable, "sustains": backlog_ok,
            "converged_within": bool(stable and backlog_ok and reconfigs <= converge_steps),
@@ -533,7 +533,7 @@ def run_one(dag: Dag, case: Case, policy: str, params: Params, slo: float, seed:
     return {"dag": dag.name, "dag_kind": dag.kind, "skewed": dag.skewed, "seed": seed,
             "policy": policy, "start": case.start, "step": case.step,
             "steps": a["steps"], "reached": a["reached"], "on_reference": a["on_reference"],
-            "final_instances": a["final_instances"],
+            "final_instances": a["final_instances"], "first_instances": a["first_instances"],
             "reconfigurations_after_reaching": a["reconfigurations"] - a["steps"] if a["reached"] else math.nan,
             "reference_instances": ref.instances, "over_provisioning": a["over_provisioning"],
             "slo_met": a["slo_met"],
@@ -626,6 +626,38 @@ def _pct(x: float) -> str:
     return "n/a" if x != x else f"{x:+.0%}"
 
 
+def _augury_misses(table: pd.DataFrame, params: Params) -> str:
+    """Where augury's runs that did not reach the reference in one step went (a line)."""
+    from scheduler.deciders import ModelDeciderConfig
+    from scheduler.targets import Targets
+
+    a = table[table["policy"] == "augury"]
+    miss = a[~(a["reached"] & (a["steps"] == 1))]
+    if not len(miss):
+        return "- augury reached the reference in one step in every run."
+    tol = params.tolerance
+    parts = []
+    if "first_instances" in miss.columns:
+        drained = miss[miss["reached"] & (miss["steps"] == 2)
+                       & (miss["first_instances"] > (1 + tol) * miss["reference_instances"])]
+        parts.append(f"{len(drained)} first scaled above it and settled on it one change later (the model decider "
+                     f"sizes a backlog to drain within catch_up_s = {Targets().catch_up_s:g} s at <= "
+                     f"{ModelDeciderConfig().catch_up_utilization:.0%} busy, then scales down; the Flink autoscaler's "
+                     "catch-up duration is 30 min)")
+        miss = miss.drop(drained.index)
+    reached = miss[miss["reached"]]
+    under = miss[~miss["reached"] & (miss["over_provisioning"] < -tol)]
+    over = miss[~miss["reached"] & (miss["over_provisioning"] > tol)]
+    other = len(miss) - len(reached) - len(under) - len(over)
+    parts += [f"{len(reached)} reached it in more steps", f"{len(under)} ended below it ("
+              f"{int(under['slo_met'].sum())} of them meeting the SLO)", f"{len(over)} ended above it"]
+    if other:
+        parts.append(f"{other} ended within {tol:.0%} of it missing the SLO")
+    by_dag = ", ".join(f"{d} {n}" for d, n in a[~(a["reached"] & (a["steps"] == 1))].groupby("dag").size().items())
+    return (f"- Of augury's {int((~(a['reached'] & (a['steps'] == 1))).sum())} runs not at the reference after one "
+            f"step ({by_dag}): " + "; ".join(parts) + ".")
+
+
 def _summary_text(table: pd.DataFrame, summary: pd.DataFrame, dag_list: list[Dag], dag_table: pd.DataFrame,
                   refs_table: pd.DataFrame, skipped: list[str], errors: list[str], params: Params,
                   seeds: tuple[int, ...], seed: int, settings=None) -> str:
@@ -680,6 +712,7 @@ def _summary_text(table: pd.DataFrame, summary: pd.DataFrame, dag_list: list[Dag
             f"{_pct(a.min_over_provisioning)}, max {_pct(a.max_over_provisioning)}; SLO met at the end in "
             f"{a.slo_met_share:.0%} [{a.slo_met_lo:.0%}, {a.slo_met_hi:.0%}] (goal >= 95 %: "
             f"{'met' if a.slo_met_share >= 0.95 else 'missed'}).")
+        lines.append(_augury_misses(table, params))
     for p in ("ds2", "ds2-max", "flink-autoscaler", "dhalion"):
         if p in by.index:
             r = by.loc[p]

@@ -67,6 +67,29 @@ def test_assess_signed_over_provisioning_and_what_is_not_reached():
                   tail_windows=2)["over_provisioning"] == pytest.approx(-0.1)
 
 
+
+def test_assess_reports_the_first_configuration_after_the_step_and_the_misses_line_counts_them():
+    # drain then settle: 12 instances to drain the backlog, then the reference's 8
+    drain = _timeline([4, 4, 12, 12, 8, 8, 8], [False, True, True, False, False, False, False],
+                      [False, True, False, True, False, False, False], history=1)
+    r = assess(drain, 1.0, 8, 100.0, 50.0, tail_windows=2)
+    assert r["reached"] and r["steps"] == 2 and r["first_instances"] == 12
+    assert assess(_timeline([8] * 3, [False] * 3, [False] * 3, history=1), 1.0, 8, 100.0, 50.0,
+                  tail_windows=2)["first_instances"] == 8  # no change: the configuration at the step
+    runs = pd.DataFrame([
+        {"policy": "augury", "dag": "d", "reached": True, "steps": 1.0, "first_instances": 8,
+         "reference_instances": 8, "over_provisioning": 0.0, "slo_met": True},
+        {"policy": "augury", "dag": "d", "reached": True, "steps": 2.0, "first_instances": 12,
+         "reference_instances": 8, "over_provisioning": 0.0, "slo_met": True},
+        {"policy": "augury", "dag": "e", "reached": False, "steps": math.nan, "first_instances": 6,
+         "reference_instances": 8, "over_provisioning": -0.25, "slo_met": True},
+        {"policy": "ds2", "dag": "d", "reached": False, "steps": math.nan, "first_instances": 20,
+         "reference_instances": 8, "over_provisioning": 1.5, "slo_met": True}])
+    line = conv._augury_misses(runs, Params())
+    assert "Of augury's 2 runs" in line and "(d 1, e 1)" in line
+    assert "1 first scaled above it and settled on it one change later" in line
+    assert "1 ended below it (1 of them meeting the SLO)" in line and "0 ended above it" in line
+
 class _Controller:
     def __init__(self, policy):
         self.policy = policy
