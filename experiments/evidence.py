@@ -13,7 +13,10 @@ ASPECTS = ("ground truth", "given", "sample", "could bias it")
 STATEMENTS: dict[str, dict[str, str]] = {
     "accuracy": {
         "ground truth": "the testbed simulator running each example's (and seeded random DAG's) true profile; "
-                        "measured max rate, throughput, mean and p99 latency at configurations calibration never saw.",
+                        "measured max rate, throughput, mean and p99 latency at configurations calibration never saw; "
+                        "the max rate of a job with several sources is measured at their rate shares (one generator "
+                        "feeds them, `experiments.recording.mix_coupled`), the rate a job whose input keeps its mix "
+                        "sustains.",
         "given": "augury's model is calibrated from a testbed recording through ingest -> Spark -> calibrate (two "
                  "configurations, three loads); Caladrius and DRS are fed the same calibrated profile; the "
                  "`pred_true` column predicts with the true profile, separating the queueing approximation's error "
@@ -23,7 +26,9 @@ STATEMENTS: dict[str, dict[str, str]] = {
                   "the table).",
         "could bias it": "the testbed and the model share assumptions (per-instance FIFO queues, fixed per-hop "
                          "delay): agreement on the testbed is not agreement on an engine (flink-accuracy is); n per "
-                         "band is small (about 5), so the intervals are wide.",
+                         "band is small (about 5), so the intervals are wide; the throughput at 1.3x the max rate is "
+                         "measured with each source back-pressured on its own, as an engine does, which the model "
+                         "(all sources throttled in proportion) does not describe for several sources.",
     },
     "convergence": {
         "ground truth": "the reference configuration: the fewest instances meeting the run's targets by exhaustive "
