@@ -12,7 +12,11 @@ windows below its (lower) *exit* threshold — not Dhalion's single threshold. P
 * ``queue_growth``: least-squares trend of the queued work (input queues; the external backlog
   for sources) over ``trend_windows`` windows, in seconds of the operator's processing per second;
 * ``rate_skew``: processing-rate skew across instances, measured on *true* rates (busy time per
-  tuple: a slow host), as the slowest instance's service time over the median;
+  tuple: a slow host), as the slowest instance's service time over the median; an operator with
+  one busy instance has no peers to compare with, so its service time is compared with its own
+  median over the earlier windows at the same parallelism (``baseline_windows``): a host that
+  turns slow shows as a step in it, while a model that was wrong from the start does not
+  (without this, one slow instance looks like an under-provisioned operator);
 * ``queue_skew``: longest queue over the median queue (+1);
 * ``load_skew``: the busiest instance's share of the operator's tuples over the share the model
   explains (1/p without a key distribution): a hot key the model does not know.
@@ -81,6 +85,9 @@ class ReactiveConfig:
     """Consecutive windows above the enter threshold to turn a symptom on."""
     exit_windows: int = 3
     """Consecutive windows below the exit threshold to turn it off."""
+    baseline_windows: int = 12
+    """Earlier windows (at the same parallelism) whose median service time is the reference for
+    an operator with one busy instance (``service_baseline``)."""
     saturated_busy: float = 0.85
     """Mean busy fraction at which an operator counts as fully loaded."""
     min_busy: float = 0.05
@@ -135,12 +142,15 @@ def _median(xs: Sequence[float]) -> float:
 
 
 def symptom_values(op: OperatorWindow, trend: float | None, config: ReactiveConfig,
-                   expected_share: float | None = None) -> dict[str, tuple[float | None, int | None]]:
+                   expected_share: float | None = None, baseline_service_ms: float | None = None
+                   ) -> dict[str, tuple[float | None, int | None]]:
     """The raw value (and pointed-at instance) of every symptom for one operator window.
 
     ``expected_share``: the busiest instance's share the model explains (its key distribution
     through Flink's key groups; default 1/p): load skew is measured against it, so a Zipf skew
-    the model already accounts for is not reported again."""
+    the model already accounts for is not reported again. ``baseline_service_ms``: the
+    operator's own earlier service time per tuple at this parallelism (``service_baseline``),
+    the reference for rate skew when fewer than two instances are busy enough to compare."""
     out: dict[str, tuple[float | None, int | None]] = {"backpressure": (op.backpressure_max, None),
                                                       "queue_growth": (trend, None)}
     busy = [i for i in op.instances if i.service_time_ms is not None and i.busy_fraction >= config.min_busy]
@@ -148,6 +158,8 @@ def symptom_values(op: OperatorWindow, trend: float | None, config: ReactiveConf
         med = _median([i.service_time_ms for i in busy])
         slow = max(busy, key=lambda i: i.service_time_ms)
         out["rate_skew"] = (slow.service_time_ms / med if med > 0 else None, slow.instance)
+    elif busy and baseline_service_ms is not None and math.isfinite(baseline_service_ms) and baseline_service_ms > 0:
+        out["rate_skew"] = (busy[0].service_time_ms / baseline_service_ms, busy[0].instance)
     else:
         out["rate_skew"] = (None, None)
     qs = [i for i in op.instances if i.queue_len is not None]
@@ -183,6 +195,30 @@ def queue_trend(windows: Sequence[JobWindow], operator: str, n: int) -> float | 
         cap = last.true_rate_per_instance * last.parallelism
         cap = cap if math.isfinite(cap) and cap > 0 else max(last.processed_rate, 1e-9)
     return slope / cap
+
+
+def service_baseline(windows: Sequence[JobWindow], operator: str, config: ReactiveConfig) -> float | None:
+    """The operator's median measured service time per tuple (ms) over the windows before the
+    newest one at its current parallelism (at most ``baseline_windows``, at least
+    ``enter_windows + 1`` of them, else None): the reference against which one busy instance's
+    service time is judged. A fault that lasts drifts into it after about half the windows; by
+    then the instance has been restarted, or restarting did not help and the operator is judged
+    by its capacity as it is."""
+    if not windows or operator not in windows[-1].operators:
+        return None
+    p = windows[-1].operators[operator].parallelism
+    times = []
+    for w in reversed(windows[:-1]):
+        o = w.operators.get(operator)
+        if o is None or o.parallelism != p:
+            continue
+        busy = [i.service_time_ms for i in o.instances
+                if i.service_time_ms is not None and i.busy_fraction >= config.min_busy]
+        if busy:
+            times.append(float(np.median(busy)))
+        if len(times) >= config.baseline_windows:
+            break
+    return float(np.median(times)) if len(times) > config.enter_windows else None
 
 
 @dataclass
@@ -226,7 +262,8 @@ class Detectors:
         for name, op in w.operators.items():
             trend = queue_trend(history, name, self.config.trend_windows)
             share = (expected_share or {}).get(name)
-            for kind, (value, inst) in symptom_values(op, trend, self.config, share).items():
+            base = service_baseline(history, name, self.config)
+            for kind, (value, inst) in symptom_values(op, trend, self.config, share, base).items():
                 active = self._det(kind, name).update(value)
                 out.append(Symptom(kind=kind, operator=name, value=value, active=active, instance=inst))
         return tuple(out)
@@ -308,7 +345,9 @@ def diagnose(window: JobWindow, symptoms: Sequence[Symptom], graph: nx.DiGraph,
         if slow >= 0.5:
             s = sym[("rate_skew", name)]
             instance = s.instance
-            evidence.append(f"instance {s.instance} service time {s.value:.2f}x the median")
+            peers = sum(1 for i in op.instances if i.service_time_ms is not None and i.busy_fraction >= c.min_busy)
+            evidence.append(f"instance {s.instance} service time {s.value:.2f}x "
+                            + ("the median" if peers >= 2 else "its own in the earlier windows (no busy peer)"))
         if skew >= 0.5:
             s = sym[("load_skew", name)]
             instance = s.instance if instance is None else instance
@@ -522,7 +561,10 @@ def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
                             instance=inst, reasons=tuple(d.evidence) + (report["suggestion"],),
                             expected={}, detail=report))
 
-    under = [d.operator for d in by_cause["under_provisioned"]]
+    # A slow instance is restarted first, never answered with a scale-up of its operator in the
+    # same step: its busy time says nothing about the operator's capacity until it is replaced.
+    slow_ops = {d.operator for d in by_cause["slow_instance"]}
+    under = [d.operator for d in by_cause["under_provisioned"] if d.operator not in slow_ops]
     sources_now = {s.operator: s.arrival_rate for s in window.sources}
     if under:
         drain = {s.operator: s.arrival_rate + s.source_lag / targets.catch_up_s for s in window.sources}
@@ -530,7 +572,7 @@ def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
         new = dict(current)
         changed = []
         for v, p in sized.items():
-            if p > current[v]:
+            if p > current[v] and v not in slow_ops:
                 spec = model.operator(v)
                 cap = max(current[v] + 1, math.floor(current[v] * c.max_scale_factor))
                 new[v] = int(min(p, cap, spec.max_parallelism))

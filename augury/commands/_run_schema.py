@@ -345,6 +345,7 @@ RANGES: dict[str, str] = {
     "ReactiveConfig.load_skew_exit": "[1, inf)",
     "ReactiveConfig.enter_windows": "[1, inf)",
     "ReactiveConfig.exit_windows": "[1, inf)",
+    "ReactiveConfig.baseline_windows": "[1, inf)",
     "ReactiveConfig.saturated_busy": "(0, 1]",
     "ReactiveConfig.min_busy": "[0, 1)",
     "ReactiveConfig.low_utilization": "[0, 1]",

@@ -63,6 +63,47 @@ def test_slow_instance_is_not_under_provisioning():
     assert [(p.kind, p.instance) for p in props] == [("restart_instance", 2)]
 
 
+
+def _feed(job, model, det, history):
+    symptoms = ()
+    for w in job_windows(job.read(), sources=["source"]):
+        if history and w.end_s <= history[-1].end_s:
+            continue
+        history.append(w)
+        symptoms = det.update(history)
+    return diagnose(history[-1], symptoms, to_graph(model))
+
+
+def test_the_only_instance_turning_slow_is_restarted_not_scaled():
+    # a has one instance, so no peer to compare with: its host turns 3x slower after 60 s, at
+    # 600/s it then falls behind (back pressure, growing backlog), which alone reads as under-
+    # provisioning; its service time against its own earlier windows says slow instance.
+    job = FluidJob(service_ms={"a": 1.0}, config={"a": 1}, rate=600.0)
+    model = parse_model_text(model_text(job.service_ms, job.config))
+    det, history = Detectors(ReactiveConfig()), []
+    job.advance(60)
+    _feed(job, model, det, history)
+    job.slow[("a", 0)] = 3.0
+    job.advance(30)
+    diags = _feed(job, model, det, history)
+    d = {x.operator: x for x in diags}["a"]
+    assert "slow_instance" in d.causes and d.instance == 0
+    assert any("its own in the earlier windows" in e for e in d.evidence)
+    props = resolve(history[-1], diags, model, [])
+    assert [(p.kind, p.instance) for p in props] == [("restart_instance", 0)]  # and no scale of a
+
+
+def test_a_model_wrong_from_the_start_is_not_a_slow_instance():
+    # the job's a takes 3 ms from the start; the model says 1 ms: no step in its own service time
+    job = FluidJob(service_ms={"a": 3.0}, config={"a": 1}, rate=600.0)
+    model = parse_model_text(model_text({"a": 1.0}, job.config))
+    det, history = Detectors(ReactiveConfig()), []
+    job.advance(90)
+    diags = _feed(job, model, det, history)
+    d = {x.operator: x for x in diags}["a"]
+    assert "slow_instance" not in d.causes and "under_provisioned" in d.causes
+    assert [p.kind for p in resolve(history[-1], diags, model, [])] == ["scale"]
+
 def test_data_skew_is_reported_with_the_hot_instances_key_groups():
     job = FluidJob(service_ms={"a": 1.0}, config={"a": 4}, rate=1500.0, hot={"a": 0.6})
     model, history, diags = _run(job, 60)
