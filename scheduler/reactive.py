@@ -55,6 +55,9 @@ from scheduler.observe import JobWindow, OperatorWindow
 from scheduler.targets import Targets
 
 CAUSES = ("under_provisioned", "slow_instance", "data_skew", "over_provisioned")
+THROTTLED_BUSY = 0.95
+"""An instance at least this busy may be the bottleneck: what it processes is capped, so its
+share of the operator's tuples understates its share of the demand (``skew_report``)."""
 SYMPTOMS = ("backpressure", "queue_growth", "rate_skew", "queue_skew", "load_skew")
 
 
@@ -479,7 +482,9 @@ def skew_evidence(model: JobModel, operator: str, history: Sequence[JobWindow],
 
 def skew_report(model: JobModel, operator: str, instance: int, parallelism: int, share: float,
                 top: int = 5, history: Sequence[JobWindow] = (),
-                config: ReactiveConfig = ReactiveConfig()) -> dict:
+                config: ReactiveConfig = ReactiveConfig(), demand_rate: float | None = None,
+                instance_rate: float | None = None, utilization_target: float = 0.7,
+                instance_busy: float | None = None) -> dict:
     """What a data-skew report says about where the hot key is.
 
     Metrics are per instance (Flink exposes no per-key-group metric; neither does the testbed's
@@ -490,6 +495,19 @@ def skew_report(model: JobModel, operator: str, instance: int, parallelism: int,
     leaves exactly one candidate (``identified``); otherwise it is empty and ``candidate_key_groups``
     says where it lies. ``model_hot_key_groups``: the model's heaviest key groups among the
     candidates (what the model's key distribution expects, not a measurement).
+
+    Whether scaling can help (``hot_key``): with ``demand_rate`` (tuples/s the operator is
+    offered, throttling undone) and ``instance_rate`` (tuples/s one instance processes when
+    busy all the time), the hot key's own rate is estimated from the hot instance's share as
+    ``h = (share - e) / (1 - e)`` of the demand, where ``e`` is the share of the rest of the
+    keys that the model's key distribution puts on that instance (``1/p`` without one: the
+    other keys spread evenly; at p = 1 the whole share); when ``h x demand`` exceeds ``utilization_target`` of
+    one instance, no parallelism brings its instance under the target (one key is never split),
+    and the report says so: the key's rate, what one instance takes, and the rest of the
+    operator's demand, which the other instances can be sized for. When the hot instance is
+    saturated (``instance_busy`` at least ``THROTTLED_BUSY``) its share may be throttled, so
+    the estimate is a lower bound: it can show that the key does not fit, never that it does
+    (``fits`` is then None).
     """
     spec = model.operator(operator)
     maxp = spec.max_parallelism
@@ -519,13 +537,51 @@ def skew_report(model: JobModel, operator: str, instance: int, parallelism: int,
         place = (f"the hot key is in one of {len(candidates)} key groups {where} (hot: {seen}); per-instance "
                  f"metrics cannot tell which key group of an instance's range is hot — each further "
                  f"parallelism observed while skewed narrows it")
+    expected = None
+    for e in model.edges:
+        if e.target == operator and e.grouping == "key" and e.keys is not None and parallelism <= maxp:
+            expected = float(instance_shares(key_group_weights(e.keys, maxp), parallelism)[instance])
+            break
+    saturated = instance_busy is not None and instance_busy >= THROTTLED_BUSY
+    hot_key = _hot_key_capacity(share, parallelism, demand_rate, instance_rate, utilization_target, expected,
+                                lower_bound=saturated)
+    verdict = ""
+    if hot_key is not None:
+        verdict = (f"; the hot key alone carries {'at least ' if saturated else ''}~{hot_key['rate']:,.0f}/s of "
+                   f"{operator}'s {hot_key['demand']:,.0f}/s, one instance takes {hot_key['instance_rate']:,.0f}/s "
+                   f"({hot_key['instance_rate'] * utilization_target:,.0f}/s at the {utilization_target:.0%} target): "
+                   + ("scaling cannot fix it (one key is never split); the other "
+                      f"{hot_key['rest']:,.0f}/s can be sized for" if hot_key["fits"] is False else
+                      "it fits one instance, so a parallelism that leaves its instance little other load can"
+                      if hot_key["fits"] else
+                      "its instance is saturated, so whether it fits one instance shows once it is not"))
     return {"instance": instance, "share": share, "key_groups": [lo, hi],
             "identified": identified, "hot_key_groups": sorted(candidates) if identified else [],
             "candidate_key_groups": ranges, "evidence": [list(x) for x in evidence],
-            "model_hot_key_groups": ranked_model,
+            "model_hot_key_groups": ranked_model, "hot_key": hot_key,
             "suggestion": (f"repartition {operator}: instance {instance} receives {share:.0%} of the input; "
                            f"{place}; split the hot key (salting / two-phase aggregation) — adding "
-                           f"instances does not divide one key")}
+                           f"instances does not divide one key" + verdict)}
+
+
+def _hot_key_capacity(share: float, parallelism: int, demand_rate: float | None, instance_rate: float | None,
+                      utilization_target: float, expected_share: float | None = None,
+                      lower_bound: bool = False) -> dict | None:
+    """The hot key's estimated rate against one instance's capacity (``skew_report``), or None
+    without the rates. ``expected_share``: the model's share of the hot instance (default 1/p);
+    ``lower_bound``: the share was throttled (``fits`` None unless the key is already too big)."""
+    if demand_rate is None or instance_rate is None or not (math.isfinite(demand_rate) and demand_rate > 0) \
+            or not (math.isfinite(instance_rate) and instance_rate > 0):
+        return None
+    p = max(int(parallelism), 1)
+    e = expected_share if expected_share is not None else 1.0 / p
+    h = share if p == 1 or e >= 1.0 else (share - e) / (1.0 - e)
+    h = min(max(h, 0.0), 1.0)
+    rate = h * demand_rate
+    fits = rate <= utilization_target * instance_rate
+    return {"share": round(h, 4), "rate": rate, "demand": demand_rate, "instance_rate": instance_rate,
+            "rest": demand_rate - rate, "lower_bound": lower_bound,
+            "fits": None if (lower_bound and fits) else fits}
 
 
 def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
@@ -556,7 +612,12 @@ def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
         o = window.operators[d.operator]
         inst = d.instance if d.instance is not None else 0
         share = o.instances[inst].processed_rate / max(o.processed_rate, 1e-9)
-        report = skew_report(model, d.operator, inst, o.parallelism, share, history=history, config=c)
+        # the operator's demand with the sources' throttling undone (its arrivals scale with them)
+        demand = o.arrival_rate * window.offered_rate / window.input_rate if window.input_rate > 0 else None
+        report = skew_report(model, d.operator, inst, o.parallelism, share, history=history, config=c,
+                             demand_rate=demand, instance_rate=o.true_rate_per_instance,
+                             utilization_target=targets.utilization_target,
+                             instance_busy=o.instances[inst].busy_fraction)
         out.append(Proposal(kind="report_skew", operators=(d.operator,), diagnosis="data_skew", config=None,
                             instance=inst, reasons=tuple(d.evidence) + (report["suggestion"],),
                             expected={}, detail=report))

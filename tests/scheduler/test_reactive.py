@@ -115,6 +115,31 @@ def test_data_skew_is_reported_with_the_hot_instances_key_groups():
     assert (lo, hi) == (0, 15)
 
 
+
+def test_skew_report_says_whether_the_hot_key_fits_one_instance():
+    from scheduler.reactive import skew_report
+
+    model = parse_model_text(model_text({"a": 1.0}, {"a": 4}))  # shuffle input: the rest spreads as 1/p
+    # instance 0 has 55 % of 4,000/s at p = 4: hot key (0.55 - 0.25) / 0.75 = 40 % = 1,600/s;
+    # one instance takes 1,000/s (700/s at the 0.7 target): scaling cannot fix it
+    r = skew_report(model, "a", 0, 4, 0.55, demand_rate=4000.0, instance_rate=1000.0, utilization_target=0.7,
+                    instance_busy=0.9)
+    assert r["hot_key"]["rate"] == pytest.approx(1600.0) and r["hot_key"]["fits"] is False
+    assert r["hot_key"]["rest"] == pytest.approx(2400.0)
+    assert "alone carries ~1,600/s of a's 4,000/s, one instance takes 1,000/s (700/s at the 70% target): " \
+           "scaling cannot fix it" in r["suggestion"]
+    # a smaller hot key fits: then a parallelism that isolates it can help
+    r = skew_report(model, "a", 0, 4, 0.34, demand_rate=2000.0, instance_rate=1000.0, instance_busy=0.6)
+    assert r["hot_key"]["rate"] == pytest.approx(240.0) and r["hot_key"]["fits"] is True
+    assert "it fits one instance" in r["suggestion"]
+    # a saturated hot instance: its share is a lower bound; "fits" cannot be claimed, "too big" can
+    r = skew_report(model, "a", 0, 4, 0.34, demand_rate=2000.0, instance_rate=1000.0, instance_busy=0.99)
+    assert r["hot_key"]["fits"] is None and "at least ~240/s" in r["suggestion"]
+    r = skew_report(model, "a", 0, 4, 0.55, demand_rate=4000.0, instance_rate=1000.0, instance_busy=0.99)
+    assert r["hot_key"]["fits"] is False
+    # without the rates: no verdict
+    assert skew_report(model, "a", 0, 4, 0.55)["hot_key"] is None
+
 @pytest.mark.parametrize("p,maxp", [(3, 128), (4, 64), (7, 10)])
 def test_key_group_ranges_match_flink(p, maxp):
     for i in range(p):
