@@ -76,16 +76,23 @@ def test_band_table_by_hand():
 
 
 def test_max_rate_warmup_waits_for_the_queues_upstream_of_the_bottleneck():
+    from experiments.recording import MIX_SOURCE, max_rate_setup
     from experiments.testbed import TestbedConfig
     from modeler.queueing import predict
 
     truth = load_model(EXAMPLES / "pipeline.yaml")
     config = truth.resolve_config({"decode": 6, "dedup": 4, "sessionize": 1, "score": 7, "sink": 3})
-    p = predict(truth, config, 1.0)
+    # pipeline has two sources, so its max rate is measured with one generator feeding them at
+    # their shares (experiments.recording.mix_coupled): their input queues fill too
+    measured, measured_config = max_rate_setup(truth, config)
+    assert [o.name for o in measured.sources] == [MIX_SOURCE]
+    p = predict(measured, measured_config, 1.0)
     assert p.bottleneck == "sessionize"
-    # decode (6), dedup (4), sessionize (1): 11 queues of 1,000 filled by 0.6 x max rate x visit ratio
-    fill = sum(config[o] * TestbedConfig().queue_capacity / (0.6 * p.max_rate * p.operators[o].arrival_rate)
-               for o in ("decode", "dedup", "sessionize"))
+    # clicks, views (1 each), decode (6), dedup (4), sessionize (1): 13 queues of 1,000 filled by
+    # 0.6 x max rate x visit ratio
+    upstream = ("clicks", "views", "decode", "dedup", "sessionize")
+    fill = sum(measured_config[o] * TestbedConfig().queue_capacity
+               / (0.6 * p.max_rate * p.operators[o].arrival_rate) for o in upstream)
     assert fill > 10
     got = accuracy.max_rate_warmup_s(truth, config, accuracy.FULL)
     window = TestbedConfig().window_s  # whole windows: the measurement keeps its length
