@@ -88,7 +88,7 @@ def test_max_rate_warmup_waits_for_the_queues_upstream_of_the_bottleneck():
     assert [o.name for o in measured.sources] == [MIX_SOURCE]
     p = predict(measured, measured_config, 1.0)
     assert p.bottleneck == "sessionize"
-    # clicks, views (1 each), decode (6), dedup (4), sessionize (1): 13 queues of 1,000 filled by
+    # clicks (2), views (1), decode (6), dedup (4), sessionize (1): 14 queues of 1,000 filled by
     # 0.6 x max rate x visit ratio
     upstream = ("clicks", "views", "decode", "dedup", "sessionize")
     fill = sum(measured_config[o] * TestbedConfig().queue_capacity
