@@ -49,7 +49,7 @@ from typing import Mapping, Sequence
 import networkx as nx
 import numpy as np
 
-from modeler.keys import hot_key_groups, instance_shares, key_group_weights
+from modeler.keys import hot_key_groups, instance_shares, key_group_weights, share_table
 from modeler.modelfile import JobModel, to_graph
 from scheduler.observe import JobWindow, OperatorWindow
 from scheduler.targets import Targets
@@ -523,10 +523,13 @@ def skew_report(model: JobModel, operator: str, instance: int, parallelism: int,
             candidates = narrowed
             evidence.append((p, inst))
     ranked_model: list[int] = []
-    for e in model.edges:
-        if e.target == operator and e.grouping == "key" and e.keys is not None:
-            ranked_model = [g for g, _ in hot_key_groups(e.keys, maxp, top=maxp) if g in candidates][:top]
-            break
+    expected = None  # the model's share of the hot instance, for the hot key's capacity
+    keyed = next((e for e in model.edges if e.target == operator and e.grouping == "key" and e.keys is not None),
+                 None)
+    if keyed is not None:
+        ranked_model = [g for g, _ in hot_key_groups(keyed.keys, maxp, top=maxp) if g in candidates][:top]
+        if parallelism <= maxp:
+            expected = float(share_table(keyed.keys, maxp)[parallelism, instance])
     identified = len(candidates) == 1
     ranges = _ranges(candidates)
     where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)
@@ -537,11 +540,6 @@ def skew_report(model: JobModel, operator: str, instance: int, parallelism: int,
         place = (f"the hot key is in one of {len(candidates)} key groups {where} (hot: {seen}); per-instance "
                  f"metrics cannot tell which key group of an instance's range is hot — each further "
                  f"parallelism observed while skewed narrows it")
-    expected = None
-    for e in model.edges:
-        if e.target == operator and e.grouping == "key" and e.keys is not None and parallelism <= maxp:
-            expected = float(instance_shares(key_group_weights(e.keys, maxp), parallelism)[instance])
-            break
     saturated = instance_busy is not None and instance_busy >= THROTTLED_BUSY
     hot_key = _hot_key_capacity(share, parallelism, demand_rate, instance_rate, utilization_target, expected,
                                 lower_bound=saturated)
