@@ -144,6 +144,12 @@ def _median(xs: Sequence[float]) -> float:
     return float(np.median(xs)) if len(xs) else 0.0
 
 
+def busy_instances(op: OperatorWindow, config: ReactiveConfig) -> list:
+    """The instances whose service time is measured and which are busy enough (``min_busy``)
+    for rate skew to compare."""
+    return [i for i in op.instances if i.service_time_ms is not None and i.busy_fraction >= config.min_busy]
+
+
 def symptom_values(op: OperatorWindow, trend: float | None, config: ReactiveConfig,
                    expected_share: float | None = None, baseline_service_ms: float | None = None
                    ) -> dict[str, tuple[float | None, int | None]]:
@@ -156,7 +162,7 @@ def symptom_values(op: OperatorWindow, trend: float | None, config: ReactiveConf
     the reference for rate skew when fewer than two instances are busy enough to compare."""
     out: dict[str, tuple[float | None, int | None]] = {"backpressure": (op.backpressure_max, None),
                                                       "queue_growth": (trend, None)}
-    busy = [i for i in op.instances if i.service_time_ms is not None and i.busy_fraction >= config.min_busy]
+    busy = busy_instances(op, config)
     if len(busy) >= 2:
         med = _median([i.service_time_ms for i in busy])
         slow = max(busy, key=lambda i: i.service_time_ms)
@@ -215,10 +221,9 @@ def service_baseline(windows: Sequence[JobWindow], operator: str, config: Reacti
         o = w.operators.get(operator)
         if o is None or o.parallelism != p:
             continue
-        busy = [i.service_time_ms for i in o.instances
-                if i.service_time_ms is not None and i.busy_fraction >= config.min_busy]
+        busy = busy_instances(o, config)
         if busy:
-            times.append(float(np.median(busy)))
+            times.append(float(np.median([i.service_time_ms for i in busy])))
         if len(times) >= config.baseline_windows:
             break
     return float(np.median(times)) if len(times) > config.enter_windows else None
@@ -265,7 +270,8 @@ class Detectors:
         for name, op in w.operators.items():
             trend = queue_trend(history, name, self.config.trend_windows)
             share = (expected_share or {}).get(name)
-            base = service_baseline(history, name, self.config)
+            # the baseline scans the history: only an operator without two busy peers needs it
+            base = service_baseline(history, name, self.config) if len(busy_instances(op, self.config)) < 2 else None
             for kind, (value, inst) in symptom_values(op, trend, self.config, share, base).items():
                 active = self._det(kind, name).update(value)
                 out.append(Symptom(kind=kind, operator=name, value=value, active=active, instance=inst))
@@ -348,9 +354,9 @@ def diagnose(window: JobWindow, symptoms: Sequence[Symptom], graph: nx.DiGraph,
         if slow >= 0.5:
             s = sym[("rate_skew", name)]
             instance = s.instance
-            peers = sum(1 for i in op.instances if i.service_time_ms is not None and i.busy_fraction >= c.min_busy)
             evidence.append(f"instance {s.instance} service time {s.value:.2f}x "
-                            + ("the median" if peers >= 2 else "its own in the earlier windows (no busy peer)"))
+                            + ("the median" if len(busy_instances(op, c)) >= 2
+                               else "its own in the earlier windows (no busy peer)"))
         if skew >= 0.5:
             s = sym[("load_skew", name)]
             instance = s.instance if instance is None else instance
