@@ -632,7 +632,8 @@ def _augury_misses(table: pd.DataFrame, params: Params) -> str:
     from scheduler.targets import Targets
 
     a = table[table["policy"] == "augury"]
-    miss = a[~(a["reached"] & (a["steps"] == 1))]
+    missed = a[~(a["reached"] & (a["steps"] == 1))]
+    miss = missed  # what is left to classify
     if not len(miss):
         return "- augury reached the reference in one step in every run."
     tol = params.tolerance
@@ -653,9 +654,8 @@ def _augury_misses(table: pd.DataFrame, params: Params) -> str:
               f"{int(under['slo_met'].sum())} of them meeting the SLO)", f"{len(over)} ended above it"]
     if other:
         parts.append(f"{other} ended within {tol:.0%} of it missing the SLO")
-    by_dag = ", ".join(f"{d} {n}" for d, n in a[~(a["reached"] & (a["steps"] == 1))].groupby("dag").size().items())
-    return (f"- Of augury's {int((~(a['reached'] & (a['steps'] == 1))).sum())} runs not at the reference after one "
-            f"step ({by_dag}): " + "; ".join(parts) + ".")
+    by_dag = ", ".join(f"{d} {n}" for d, n in missed.groupby("dag").size().items())
+    return f"- Of augury's {len(missed)} runs not at the reference after one step ({by_dag}): " + "; ".join(parts) + "."
 
 
 def _summary_text(table: pd.DataFrame, summary: pd.DataFrame, dag_list: list[Dag], dag_table: pd.DataFrame,
