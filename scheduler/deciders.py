@@ -256,7 +256,13 @@ def proposals_decision(path: str, proposals: Sequence[Proposal]) -> Decision:
 
 def combine(primary: Decision | None, reactive: Decision) -> Decision:
     """The primary decider's decision (trusted model) with the reactive decider's instance
-    restarts as fallbacks and its reports; the reactive decision alone when there is no primary."""
+    restarts and reports; the reactive decision alone when there is no primary.
+
+    A slow instance is never answered with a scale-up of its operator: when the primary scales
+    an operator the reactive decider restarts an instance of, the restart goes first and the
+    scale becomes its fallback (applied only when the restart cannot be, e.g. the actuator has
+    no instance restarts); whether capacity is still short is judged on the windows after the
+    restart. Restarts on operators the primary does not change stay fallbacks of its scale."""
     from dataclasses import replace
 
     if primary is None:
@@ -265,6 +271,13 @@ def combine(primary: Decision | None, reactive: Decision) -> Decision:
                      if d.kind == DecisionKind.RESTART_INSTANCE)
     reports = reactive.reports
     if primary.kind == DecisionKind.SCALE:
+        first = next((r for r in restarts if set(r.operators) & set(primary.operators)), None)
+        if first is not None:
+            others = tuple(r for r in restarts if r is not first)
+            return replace(first, reasons=tuple(first.reasons) + (
+                f"restarted before any scale-up of {', '.join(first.operators)}; the model's plan "
+                f"({_fmt(dict(primary.config or {}))}) waits for the windows after it",),
+                reports=reports, fallbacks=(primary,) + tuple(primary.fallbacks) + others)
         return replace(primary, reports=reports, fallbacks=tuple(primary.fallbacks) + restarts)
     if restarts:
         return replace(restarts[0], reasons=tuple(primary.reasons) + tuple(restarts[0].reasons),

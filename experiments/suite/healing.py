@@ -1,16 +1,22 @@
 """``healing``: a slow instance and a hot key injected into a running job; time to detect, to
 diagnose correctly and to recover, for augury's control loop and Dhalion.
 
-Setup: the WordCount example at ``load_factor`` x its default max rate, starting on the cheapest
-configuration for that rate (``scheduler.plan``, true model). At ``fault_at_s`` one fault starts
-and lasts to the end of the run:
+Setup: each job of ``JOBS`` (WordCount, and the clickstream pipeline: two sources, two key
+groupings) at ``load_factor`` x its default max rate, starting on the cheapest configuration for
+that rate (``scheduler.plan``, true model). At ``fault_at_s`` one fault starts and lasts to the
+end of the run:
 
-* ``slow_instance``: instance 0 of ``split`` runs ``slow_factor`` x slower (a bad host);
-  the correct diagnosis is *slow instance split[0]*; the remedy a restart elsewhere.
-* ``hot_key``: ``hot_share`` of the tuples on ``split -> count`` carry one key; the correct
-  diagnosis is *data skew on count* (naming the hot instance); no rescaling removes a single
-  hot key's load from its instance, so it has to be reported (augury's resolver) — scaling may
-  still recover the SLO when the rest of the instance's keys move away.
+* ``slow_instance``: instance 0 of the job's ``slow_operator`` (WordCount: ``split``) runs
+  ``slow_factor`` x slower (a bad host); the correct diagnosis is *slow instance op[0]*; the
+  remedy a restart elsewhere, never a scale-up of that operator (``slow_scale_ups`` counts them).
+* ``hot_key``: ``hot_share`` of the tuples on the job's ``hot_edge`` (WordCount:
+  ``split -> count``) carry one key; the correct diagnosis is *data skew on* the edge's target
+  (naming the hot instance); no rescaling removes a single hot key's load from its instance, so
+  it has to be reported (augury's resolver, with whether the key fits one instance) — scaling
+  may still recover the SLO when the rest of the instance's keys move away.
+
+Every (job, fault, policy) runs with ``seeds`` seeds (``--quick``: WordCount, one seed); augury
+learns its model of each job once, from a warm-up recording.
 
 Policies: augury's product ``ControlLoop`` (on the model learned from a warm-up recording; instance restarts move the instance to
 a healthy host, i.e. end its slow-instance fault) and Dhalion (``experiments.baselines``:
@@ -44,8 +50,31 @@ POLICIES = ("augury", "dhalion")
 
 
 @dataclass(frozen=True)
+class Job:
+    """A job the faults are injected into."""
+
+    model_file: str
+    slow_operator: str
+    """The operator whose instance 0 runs slow."""
+    hot_edge: tuple[str, str]
+    """The key-grouped edge that carries the hot key."""
+
+
+JOBS = {
+    "wordcount": Job("examples/wordcount.yaml", "split", ("split", "count")),
+    "clickstream": Job("examples/pipeline.yaml", "score", ("dedup", "sessionize")),
+}
+"""The jobs: WordCount (the slow operator has one instance at the start, so it is judged against
+its own earlier windows) and the clickstream pipeline (two sources; the slow operator has peers;
+the hot key on the Zipf-keyed ``dedup -> sessionize``)."""
+
+
+@dataclass(frozen=True)
 class Params:
-    model_file: str = "examples/wordcount.yaml"
+    jobs: tuple[str, ...] = tuple(JOBS)
+    """``JOBS`` run in full (``--quick``: the first)."""
+    seeds: int = 5
+    """Seeds per (job, fault, policy) in full (``--quick``: 1): the run's seed x 100 + k."""
     load_factor: float = 0.8
     """Input rate = this x the default configuration's max rate."""
     window_s: float = 10.0
@@ -84,15 +113,16 @@ class _DhalionWatch:
         return new
 
 
-def _faults(kind: str, params: Params):
+def _faults(kind: str, params: Params, job: Job = JOBS["wordcount"]):
     from experiments.testbed import HotKey, SlowInstance
 
     if kind == "slow_instance":
-        return [SlowInstance("split", 0, params.slow_factor, params.fault_at_s)]
-    return [HotKey("split", "count", params.hot_share, params.fault_at_s)]
+        return [SlowInstance(job.slow_operator, 0, params.slow_factor, params.fault_at_s)]
+    return [HotKey(*job.hot_edge, params.hot_share, params.fault_at_s)]
 
 
-def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: int, repo, learned=None) -> dict:
+def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: int, repo, learned=None,
+             job: str = "wordcount") -> dict:
     from experiments.replay import LoopController, ReplayConfig, drive
     from modeler.modelfile import load_model, to_graph
     from modeler.queueing import predict
@@ -100,7 +130,8 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
     from scheduler.plan import PlanConfig, plan
     from scheduler.targets import Targets
 
-    truth = load_model(str(repo / params.model_file))
+    spec = JOBS[job]
+    truth = load_model(str(repo / spec.model_file))
     rate = params.load_factor * predict(truth, None, 0.0).max_rate
     initial = dict(plan(truth, rate, PlanConfig(utilization_target=params.utilization_target,
                                                 latency_slo_ms=params.latency_slo_ms)).config)
@@ -113,14 +144,16 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
         c = _DhalionWatch(to_graph(truth))
     rcfg = ReplayConfig(window_s=params.window_s, time_scale=1.0, restart_s=params.restart_s,
                         latency_slo_ms=params.latency_slo_ms, seed=seed)
-    r = drive(truth, rate, c, rcfg, initial, duration_s, faults=_faults(kind, params))
+    r = drive(truth, rate, c, rcfg, initial, duration_s, faults=_faults(kind, params, spec))
     t0 = params.fault_at_s
     tl = r.timeline
     after = tl[tl["t_s"] > t0 + 1e-9]
     fault_event = next((e for e in r.events if e["event"] == "fault_start"), {})
     hot_instance = (fault_event.get("detail") or {}).get("instance")
     detect = diagnose = math.nan
-    diagnosis_text, actions = "", []
+    diagnosis_text, actions, verdict = "", [], ""
+    slow_scale_ups = 0
+    slow_op, hot_op = spec.slow_operator, spec.hot_edge[1]
     if policy == "augury":
         for now, s in c.steps:
             if now <= t0 + 1e-9:
@@ -130,12 +163,15 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
                 detect = now - t0
             if math.isnan(diagnose):
                 for d in ev.diagnoses:
-                    if kind == "slow_instance" and d.operator == "split" and "slow_instance" in d.causes \
+                    if kind == "slow_instance" and d.operator == slow_op and "slow_instance" in d.causes \
                             and d.instance == 0:
-                        diagnose, diagnosis_text = now - t0, f"slow_instance split[{d.instance}]"
-                    if kind == "hot_key" and d.operator == "count" and "data_skew" in d.causes:
+                        diagnose, diagnosis_text = now - t0, f"slow_instance {slow_op}[{d.instance}]"
+                    if kind == "hot_key" and d.operator == hot_op and "data_skew" in d.causes:
                         diagnose = now - t0
-                        diagnosis_text = f"data_skew count[{d.instance}]"
+                        diagnosis_text = f"data_skew {hot_op}[{d.instance}]"
+            if (kind == "slow_instance" and s.result.applied and s.decision.kind == "scale"
+                    and slow_op in s.decision.operators):
+                slow_scale_ups += 1
             if s.result.applied or (s.decision.kind not in ("none", "hold") and s.decision.kind):
                 if s.decision.kind not in ("none", "hold"):
                     actions.append(f"{now - t0:+.0f}s {s.decision.kind} {','.join(s.decision.operators)}"
@@ -143,6 +179,8 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
             for rep in s.decision.reports:
                 if rep.kind == "report_skew" and f"report_skew {','.join(rep.operators)}" not in " ".join(actions):
                     actions.append(f"{now - t0:+.0f}s report_skew {','.join(rep.operators)}")
+                if rep.kind == "report_skew" and hot_op in rep.operators and rep.reasons:
+                    verdict = rep.reasons[-1]  # the latest estimate
         causes = [(now, d.operator, d.causes) for now, s in c.steps if now > t0 for d in s.evaluation.diagnoses
                   if d.causes]
         if not diagnosis_text and causes:
@@ -151,6 +189,8 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
         det = [t for t in c.detected if t > t0 + 1e-9]
         detect = det[0] - t0 if det else math.nan
         actions = [f"{t - t0:+.0f}s scale " + ",".join(k for k in cfg) for t, cfg in c.actions if t > t0]
+        if kind == "slow_instance":
+            slow_scale_ups = sum(1 for t, cfg in c.actions if t > t0 and slow_op in cfg)
         diagnosis_text = "under-provisioned (scale-up)" if c.actions else ""
     violated = after["violated"].to_numpy(bool)
     ever = bool(violated.any())
@@ -158,55 +198,124 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
     if ever and not violated[-1]:
         last_bad = int(np.flatnonzero(violated)[-1])
         recover = float(after["t_s"].iloc[last_bad] - t0)  # the next window starts here and stays good
-    return {"fault": kind, "policy": policy, "seed": seed, "rate": rate,
+    return {"job": job, "fault": kind, "policy": policy, "seed": seed, "rate": rate,
             "initial_instances": int(tl["instances"].iloc[0]), "final_instances": int(tl["instances"].iloc[-1]),
             "hot_instance": hot_instance, "slo_violated_after_fault": ever,
             "detect_s": detect, "diagnose_s": diagnose, "recover_s": recover if ever else 0.0,
             "recovered": (not ever) or not math.isnan(recover),
             "violation_minutes": float(after["violated"].sum() * params.window_s / 60.0),
             "reconfigurations": r.reconfigurations, "diagnosis": diagnosis_text,
+            "diagnosis_correct": not math.isnan(diagnose), "slow_scale_ups": slow_scale_ups,
+            "hot_key_verdict": ("cannot fix by scaling" if "scaling cannot fix" in verdict else
+                                "fits one instance" if "it fits one instance" in verdict else
+                                "unknown while saturated" if "is saturated" in verdict else ""),
             "actions": "; ".join(actions[:8])}
 
 
 def run(ctx: ExperimentContext) -> ExperimentResult:
     params = Params()
     duration = 240.0 if ctx.quick else params.duration_s
-    rows = []
+    jobs = params.jobs[:1] if ctx.quick else params.jobs
+    n_seeds = 1 if ctx.quick else params.seeds
     cases = [(f, p) for f in FAULTS for p in POLICIES]
     from pathlib import Path
 
-    from experiments.recording import learn_model
+    from experiments.recording import learn_model_following_advice
     from modeler.modelfile import load_model
 
-    ctx.progress("augury learns its model: warm-up on the testbed -> ingest -> Spark -> calibrate")
-    learned, calibration = learn_model(load_model(str(ctx.repo / params.model_file)), Path(ctx.workdir) / "learn",
-                                       seed=ctx.seed)
-    with ctx.steps(len(cases), "healing runs") as steps:
-        for k, (f, p) in enumerate(cases):
-            steps.advance(f"{f}: {p}")
-            rows.append(run_case(f, p, params, duration, ctx.seed * 100 + k, ctx.repo, learned))
+    rows, calibrations = [], {}
+    with ctx.steps(len(jobs) * (1 + n_seeds * len(cases)), "healing runs") as steps:
+        for job in jobs:
+            steps.advance(f"{job}: augury learns its model: warm-up on the testbed -> ingest -> Spark -> calibrate")
+            learned, calibrations[job], _ = learn_model_following_advice(
+                load_model(str(ctx.repo / JOBS[job].model_file)), Path(ctx.workdir) / f"learn-{job}", seed=ctx.seed)
+            for i in range(n_seeds):
+                for k, (f, p) in enumerate(cases):
+                    seed = ctx.seed * 100 + 10 * i + k
+                    steps.advance(f"{job}, seed {seed}, {f}: {p}")
+                    rows.append(run_case(f, p, params, duration, seed, ctx.repo, learned, job=job))
     table = pd.DataFrame(rows)
+    summary_table = summarize(table)
     metrics = {}
-    for row in rows:
-        key = f"{row['policy']}.{row['fault']}"
+    for (policy, fault), part in table.groupby(["policy", "fault"]):
+        key = f"{policy}.{fault}"
         for col in ("detect_s", "diagnose_s", "recover_s", "violation_minutes"):
-            if row[col] == row[col]:
-                metrics[f"{key}.{col}"] = float(row[col])
-        metrics[f"{key}.recovered"] = float(row["recovered"])
+            values = part[col].dropna()
+            if len(values):
+                metrics[f"{key}.{col}"] = float(values.median())
+        metrics[f"{key}.recovered"] = float(part["recovered"].mean())
+        metrics[f"{key}.diagnosis_correct"] = float(part["diagnosis_correct"].mean())
+        if fault == "slow_instance":
+            metrics[f"{key}.slow_scale_ups"] = float(part["slow_scale_ups"].sum())
     # the calibrated parameters next to the truth (relative errors), as every experiment logs them
-    metrics.update({f"calibration.{k}": float(v) for k, v in calibration.items()})
+    first = calibrations[jobs[0]]
+    metrics.update({f"calibration.{k}": float(v) for k, v in first.items()})
+    lines = [f"{', '.join(jobs)} at {params.load_factor} x the default max rate on the cheapest configuration; "
+             f"fault at {params.fault_at_s:g} s, run {duration:g} s (real time); {n_seeds} seed(s) per job, fault and "
+             f"policy ({len(table)} runs). Medians over the runs (recovery: over the runs that recovered)."]
+    lines += summary_lines(summary_table)
+    for job in jobs:
+        cal = calibrations[job]
+        errors = [abs(v) for k, v in cal.items() if k != "calibration_trust"]
+        lines.append(f"- augury's model of {job} was learned from a warm-up recording (ingest -> Spark -> "
+                     f"calibrate), not given: calibration trust {cal['calibration_trust']:.2f}; largest relative "
+                     f"error against the truth {max(errors, default=0.0):.1%}.")
+    return ExperimentResult(params={**{k: v for k, v in params.__dict__.items() if k != "jobs"},
+                                    "jobs": ",".join(jobs), "seeds": n_seeds, "duration_s": duration,
+                                    "faults": ",".join(FAULTS), "policies": ",".join(POLICIES)},
+                            metrics=metrics, tables={"runs": table, "summary": summary_table},
+                            summary="\n".join(lines))
+
+
+def summarize(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (job, fault, policy): runs, correct diagnoses, recoveries (share and median
+    time), scale-ups of a slow instance's operator, violation minutes, the hot-key verdicts."""
+    out = []
+    for (job, fault, policy), part in table.groupby(["job", "fault", "policy"], sort=False):
+        recovered = part[part["recovered"]]
+        out.append({"job": job, "fault": fault, "policy": policy, "runs": len(part),
+                    "diagnosis_correct": float(part["diagnosis_correct"].mean()),
+                    "detect_s_median": float(part["detect_s"].median()),
+                    "recovered": float(part["recovered"].mean()),
+                    "recover_s_median": float(recovered["recover_s"].median()) if len(recovered) else math.nan,
+                    "violation_minutes_mean": float(part["violation_minutes"].mean()),
+                    "slow_scale_ups": int(part["slow_scale_ups"].sum()) if fault == "slow_instance" else 0,
+                    "hot_key_verdicts": ", ".join(f"{v}: {n}" for v, n in
+                                                  part["hot_key_verdict"].replace("", "none").value_counts().items())
+                    if fault == "hot_key" and policy == "augury" else ""})
+    return pd.DataFrame(out)
+
+
+def summary_lines(summary: pd.DataFrame) -> list[str]:
+    """The summary's rows as sentences, then issue 26's goals as measured."""
     fmt = lambda v: "never" if v != v else f"{v:.0f} s"  # noqa: E731
-    lines = [f"WordCount at {params.load_factor} x its default max rate on the cheapest configuration; fault at "
-             f"{params.fault_at_s:g} s, run {duration:g} s (real time), seeds {ctx.seed * 100}..{ctx.seed * 100 + 3}."]
-    for row in rows:
-        lines.append(f"- {row['fault']}, {row['policy']}: detect {fmt(row['detect_s'])}, correct diagnosis "
-                     f"{fmt(row['diagnose_s'])} ({row['diagnosis'] or 'none'}), SLO "
-                     + ("never violated" if not row["slo_violated_after_fault"] else
-                        f"met again after {fmt(row['recover_s'])}") + f"; actions: {row['actions'] or 'none'}.")
-    errors = [abs(v) for k, v in calibration.items() if k != "calibration_trust"]
-    lines.append("- augury's model was learned from a warm-up recording (ingest -> Spark -> calibrate), not given: "
-                 f"calibration trust {calibration['calibration_trust']:.2f}; largest relative error against the truth "
-                 f"{max(errors, default=0.0):.1%}.")
-    return ExperimentResult(params={**params.__dict__, "duration_s": duration, "faults": ",".join(FAULTS),
-                                    "policies": ",".join(POLICIES)},
-                            metrics=metrics, tables={"runs": table}, summary="\n".join(lines))
+    lines = []
+    for _, r in summary.iterrows():
+        lines.append(f"- {r['job']}, {r['fault']}, {r['policy']}: correct diagnosis in {r['diagnosis_correct']:.0%} "
+                     f"of {r['runs']} runs, detected after {fmt(r['detect_s_median'])}, SLO met again in "
+                     f"{r['recovered']:.0%} (after {fmt(r['recover_s_median'])}), "
+                     f"{r['violation_minutes_mean']:.2f} violation min per run"
+                     + (f", {r['slow_scale_ups']} scale-up(s) of the slow instance's operator"
+                        if r["fault"] == "slow_instance" else "")
+                     + (f"; hot-key verdicts: {r['hot_key_verdicts']}" if r["hot_key_verdicts"] else "") + ".")
+    aug = summary[summary["policy"] == "augury"]
+    for fault in FAULTS:
+        part = aug[aug["fault"] == fault]
+        if not len(part):
+            continue
+        worst = float(part["diagnosis_correct"].min())
+        lines.append(f"- goal, {fault}: correct diagnosis in >= 90 % of runs per job: "
+                     f"{'met' if worst >= 0.9 else 'missed'} (lowest {worst:.0%}).")
+    slow = aug[aug["fault"] == "slow_instance"]
+    if len(slow):
+        n = int(slow["slow_scale_ups"].sum())
+        lines.append(f"- goal: zero scale-ups answering a slow instance: {'met' if n == 0 else 'missed'} ({n}).")
+    for _, r in aug.iterrows():
+        peer = summary[(summary["job"] == r["job"]) & (summary["fault"] == r["fault"])
+                       & (summary["policy"] == "dhalion")]
+        if len(peer) and peer["recovered"].iloc[0] > 0:
+            faster = r["recovered"] >= peer["recovered"].iloc[0] and r["recover_s_median"] < peer["recover_s_median"].iloc[0]
+            lines.append(f"- goal, {r['job']} {r['fault']}: recovery faster than Dhalion (which recovers in "
+                         f"{peer['recovered'].iloc[0]:.0%}, after {fmt(peer['recover_s_median'].iloc[0])}): "
+                         f"{'met' if faster else 'missed'}.")
+    return lines

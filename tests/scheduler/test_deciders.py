@@ -75,7 +75,19 @@ def test_combine_keeps_restarts_and_reports():
     diag = Diagnosis(operator="a", causes=("slow_instance",), scores={"slow_instance": 1.0}, evidence=(), instance=1)
     reactive = ReactiveDecider().decide(Evaluation(**{**ev.__dict__, "diagnoses": (diag,)}), ctx)
     both = combine(primary, reactive)
-    assert both.kind == DecisionKind.SCALE and both.fallbacks[0].kind == DecisionKind.RESTART_INSTANCE
+    # the slow instance's operator is the one the model scales: restart first, the scale its fallback
+    assert primary.kind == DecisionKind.SCALE and "a" in primary.operators
+    assert both.kind == DecisionKind.RESTART_INSTANCE and both.instance == 1 and both.operators == ("a",)
+    assert both.fallbacks[0] == primary and any("before any scale-up of a" in r for r in both.reasons)
+    # a slow instance of an operator the model does not scale stays the scale's fallback
+    diag_b = Diagnosis(operator="b", causes=("slow_instance",), scores={"slow_instance": 1.0}, evidence=(),
+                       instance=0)
+    reactive_b = ReactiveDecider().decide(Evaluation(**{**ev.__dict__, "diagnoses": (diag_b,)}), ctx)
+    from dataclasses import replace
+
+    only_a = replace(primary, config={**primary.config, "b": ctx.config["b"]}, operators=("a",))
+    other = combine(only_a, reactive_b)
+    assert other.kind == DecisionKind.SCALE and other.fallbacks[-1].kind == DecisionKind.RESTART_INSTANCE
     ev2, ctx2 = setup(1000.0)
     quiet = combine(ModelDecider().decide(ev2, ctx2), reactive)
     assert quiet.kind == DecisionKind.RESTART_INSTANCE
