@@ -270,6 +270,18 @@ def combine(primary: Decision | None, reactive: Decision) -> Decision:
     restarts = tuple(d for d in (reactive,) + tuple(reactive.fallbacks)
                      if d.kind == DecisionKind.RESTART_INSTANCE)
     reports = reactive.reports
+    placement = next((d for d in (reactive,) + tuple(reactive.fallbacks)
+                      if d.kind == DecisionKind.SCALE and d.diagnosis == "data_skew"), None)
+    if placement is not None and not restarts:
+        # A hot key's operator is sized by where its key groups fall (the model's plan assumes
+        # the key distribution the hot key broke): the placement's parallelism wins for it.
+        if primary.kind == DecisionKind.SCALE:
+            placed = {k: int(placement.config[k]) for k in placement.operators}
+            config = {**dict(primary.config), **placed}
+            ops = tuple(dict.fromkeys(tuple(primary.operators) + tuple(placement.operators)))
+            return replace(primary, config=config, operators=ops, reports=reports,
+                           reasons=tuple(primary.reasons) + tuple(placement.reasons))
+        return replace(placement, reasons=tuple(primary.reasons) + tuple(placement.reasons), reports=reports)
     if primary.kind == DecisionKind.SCALE:
         first = next((r for r in restarts if set(r.operators) & set(primary.operators)), None)
         if first is not None:

@@ -588,6 +588,90 @@ def _hot_key_capacity(share: float, parallelism: int, demand_rate: float | None,
             "fits": None if (lower_bound and fits) else fits}
 
 
+def _placement(model: JobModel, operator: str, o: OperatorWindow, report: Mapping, targets: Targets
+               ) -> tuple[int, str] | None:
+    """The parallelism ``hot_key_placement`` gives a skewed operator and why, when it differs
+    from the one in force and the one in force does not hold (None otherwise, and while the hot
+    instance is saturated: the hot key's rate is then only a lower bound)."""
+    hk = report.get("hot_key")
+    if not hk or hk.get("fits") is None:
+        return None
+    groups = list(report.get("hot_key_groups") or
+                  [g for a, b in report.get("candidate_key_groups", ()) for g in range(a, b + 1)])
+    rate = o.true_rate_per_instance
+    args = (model, operator, groups, float(hk["rate"]), float(hk["rest"]), rate, targets.utilization_target)
+    found = hot_key_placement(*args)
+    if found is None or found["parallelism"] == o.parallelism:
+        return None
+    now = _placement_at(*args, parallelism=o.parallelism)
+    if now is not None and (now["hot_load"] <= targets.utilization_target * rate or not found["fits"]) \
+            and now["max_other_load"] <= targets.utilization_target * rate:
+        return None  # the parallelism in force already holds
+    where = ", ".join(str(g) for g in groups[:6]) + (" ..." if len(groups) > 6 else "")
+    p = found["parallelism"]
+    if found["fits"]:
+        why = (f"hot key on {operator} (key group {where}, ~{hk['rate']:,.0f}/s) fits one instance "
+               f"({targets.utilization_target * rate:,.0f}/s at the target): parallelism {o.parallelism} -> {p}, "
+               f"whose key-group ranges put it on instance {', '.join(map(str, found['hot_instances']))} with "
+               f"{found['hot_load'] - hk['rate']:,.0f}/s of other keys ({found['hot_load'] / rate:.0%} busy)")
+    else:
+        why = (f"hot key on {operator} (key group {where}, ~{hk['rate']:,.0f}/s) exceeds one instance "
+               f"({targets.utilization_target * rate:,.0f}/s at the target): scaling cannot fix it; the other "
+               f"{hk['rest']:,.0f}/s sized: parallelism {o.parallelism} -> {p} (other instances at most "
+               f"{found['max_other_load'] / rate:.0%} busy)")
+    return p, why
+
+
+def _placement_at(model, operator, groups, hot_rate, rest_rate, instance_rate, utilization_target,
+                  parallelism: int) -> dict | None:
+    """``hot_key_placement``'s loads at one given parallelism (whether or not it holds): the hot
+    key's candidate instances, the load on the worst of them and the most on any other (tuples/s)."""
+    from modeler.keys import instance_of_key_group
+
+    spec = model.operator(operator)
+    maxp = spec.max_parallelism
+    if not groups or parallelism < 1 or parallelism > maxp or not instance_rate > 0:
+        return None
+    keyed = next((e for e in model.edges if e.target == operator and e.grouping == "key" and e.keys is not None),
+                 None)
+    shares = share_table(keyed.keys, maxp)[parallelism, :parallelism] if keyed is not None \
+        else np.full(parallelism, 1.0 / parallelism)
+    loads = rest_rate * shares
+    hot = sorted(set(instance_of_key_group(np.asarray(groups, dtype=np.int64), parallelism, maxp).tolist()))
+    return {"hot_instances": hot, "hot_load": max(float(loads[i]) + hot_rate for i in hot),
+            "max_other_load": max((float(loads[i]) for i in range(parallelism) if i not in hot), default=0.0)}
+
+
+def hot_key_placement(model: JobModel, operator: str, hot_groups: Sequence[int], hot_rate: float,
+                      rest_rate: float, instance_rate: float, utilization_target: float) -> dict | None:
+    """The smallest parallelism of ``operator`` at which, by the model's exact key-group mapping,
+    every instance stays at or below ``utilization_target`` of ``instance_rate`` (tuples/s one
+    instance processes busy all the time), the hot key's instance included: it carries the hot
+    key (``hot_rate`` tuples/s, in one of ``hot_groups``: the worst of them is taken, since
+    per-instance metrics only narrow it to candidates) plus the other keys its key-group range
+    holds (``rest_rate`` spread by the model's key distribution of the keyed input edge, evenly
+    over the key groups without one). A parallelism whose ranges leave the hot key group little
+    other load may need fewer instances than one sized for the total rate.
+
+    When the hot key alone is above the target of one instance (no parallelism fits it), the
+    smallest parallelism that keeps every *other* instance at the target is returned with
+    ``fits`` False: the rest of the operator sized for what remains. None without
+    ``hot_groups`` or rates. Returns ``parallelism``, ``fits``, ``hot_instances`` (the candidates'
+    instances there), ``hot_load`` (tuples/s on the worst one) and ``max_other_load``."""
+    if not hot_groups or not (instance_rate > 0 and math.isfinite(instance_rate)) or hot_rate < 0 or rest_rate < 0:
+        return None
+    spec = model.operator(operator)
+    cap = utilization_target * instance_rate
+    fits = hot_rate <= cap
+    for p in range(max(spec.min_parallelism, 1), spec.max_parallelism + 1):
+        at = _placement_at(model, operator, hot_groups, hot_rate, rest_rate, instance_rate, utilization_target, p)
+        # with a hot key that does not fit, its instance is lost anyway; the others must hold
+        ok = (at["hot_load"] <= cap if fits else True) and at["max_other_load"] <= cap
+        if ok and (fits or len(at["hot_instances"]) < p or p == spec.max_parallelism):
+            return {"parallelism": p, "fits": fits, **at}
+    return None
+
+
 def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
             offered_rates: Sequence[Mapping[str, float]], config: ReactiveConfig = ReactiveConfig(),
             allow_scale_down: bool = True, history: Sequence[JobWindow] = (),
@@ -604,6 +688,8 @@ def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
     by_cause = {cause: [d for d in diagnoses if cause in d.causes] for cause in CAUSES}
     out: list[Proposal] = []
     current = dict(window.config)
+    placements: dict[str, tuple[int, str]] = {}
+    """A hot key's operator -> (parallelism, why) from ``hot_key_placement``."""
 
     for d in by_cause["slow_instance"]:
         o = window.operators[d.operator]
@@ -625,12 +711,22 @@ def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
         out.append(Proposal(kind="report_skew", operators=(d.operator,), diagnosis="data_skew", config=None,
                             instance=inst, reasons=tuple(d.evidence) + (report["suggestion"],),
                             expected={}, detail=report))
+        placed = _placement(model, d.operator, o, report, targets)
+        if placed is not None:
+            placements[d.operator] = placed
 
     # A slow instance is restarted first, never answered with a scale-up of its operator in the
     # same step: its busy time says nothing about the operator's capacity until it is replaced.
     slow_ops = {d.operator for d in by_cause["slow_instance"]}
-    under = [d.operator for d in by_cause["under_provisioned"] if d.operator not in slow_ops]
+    placements = {k: v for k, v in placements.items() if k not in slow_ops}
+    # a hot key's operator is sized by its placement, not by its total rate
+    under = [d.operator for d in by_cause["under_provisioned"] if d.operator not in slow_ops | set(placements)]
     sources_now = {s.operator: s.arrival_rate for s in window.sources}
+    if placements:
+        new = {**current, **{k: p for k, (p, _) in placements.items()}}
+        out.append(Proposal(kind="scale", operators=tuple(placements), diagnosis="data_skew", config=new,
+                            reasons=tuple(why for _, why in placements.values()),
+                            expected={"backpressure_max": 0.0, "throughput": sum(sources_now.values())}))
     if under:
         drain = {s.operator: s.arrival_rate + s.source_lag / targets.catch_up_s for s in window.sources}
         sized = ds2_size(window, graph, drain, targets.utilization_target)
@@ -652,10 +748,17 @@ def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
             backlog = window.backlog
             reasons.append(f"offered {sum(sources_now.values()):,.0f}/s + backlog {backlog:,.0f} drained in "
                            f"{targets.catch_up_s:g}s, target utilization {targets.utilization_target:.0%}")
-            out.append(Proposal(kind="scale", operators=tuple(changed), diagnosis="under_provisioned",
-                                config=new, reasons=tuple(reasons),
-                                expected={"busy_max": targets.utilization_target, "backpressure_max": 0.0,
-                                          "throughput": sum(sources_now.values())}))
+            if placements:  # one scale: the hot key's placement and the under-provisioned operators
+                first = next(i for i, q in enumerate(out) if q.kind == "scale" and q.diagnosis == "data_skew")
+                q = out[first]
+                out[first] = Proposal(kind="scale", operators=q.operators + tuple(changed), diagnosis="data_skew",
+                                      config={**new, **{k: p for k, (p, _) in placements.items()}},
+                                      reasons=q.reasons + tuple(reasons), expected=q.expected)
+            else:
+                out.append(Proposal(kind="scale", operators=tuple(changed), diagnosis="under_provisioned",
+                                    config=new, reasons=tuple(reasons),
+                                    expected={"busy_max": targets.utilization_target, "backpressure_max": 0.0,
+                                              "throughput": sum(sources_now.values())}))
     elif allow_scale_down and by_cause["over_provisioned"] and not by_cause["slow_instance"]:
         peak: dict[str, float] = {}
         for rates in offered_rates:

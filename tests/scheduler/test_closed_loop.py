@@ -94,14 +94,22 @@ def test_hot_key_is_reported_as_data_skew_with_its_key_group():
     kg, inst = start["detail"]["key_group"], start["detail"]["instance"]
     reports = [r for s in steps for r in s.decision.reports if r.operators == ("count",)]
     assert reports
-    lo, hi = reports[-1].detail["key_groups"]
-    assert reports[-1].detail["instance"] == inst and lo <= kg <= hi
+    lo, hi = reports[0].detail["key_groups"]
+    assert reports[0].detail["instance"] == inst and lo <= kg <= hi
     assert all(r.diagnosis == "data_skew" for r in reports)
     # One configuration (count at 2) and per-instance metrics: the hot key group cannot be told
     # apart from the other 63 of instance 1's range. The report says so instead of guessing.
-    d = reports[-1].detail
+    d = reports[0].detail
     assert d["candidate_key_groups"] == [[lo, hi]] and not d["identified"] and d["hot_key_groups"] == []
     assert "cannot tell which key group" in d["suggestion"]
+    # The hot key (~30 % of 700/s) fits one instance: count is rescaled to the parallelism whose
+    # key-group ranges keep every candidate group's instance at the target, and the reports
+    # after it still place the hot key where it is.
+    placed = [s for s in steps if s.result.applied and s.decision.kind == "scale"
+              and any("fits one instance" in r for r in s.decision.reasons)]
+    assert placed and "count" in placed[0].decision.operators
+    last = reports[-1].detail
+    assert any(a <= kg <= b for a, b in last["candidate_key_groups"])
 
 
 def _isolating_parallelisms(kg: int, maxp: int, limit: int) -> list[int]:

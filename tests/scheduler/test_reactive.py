@@ -140,6 +140,67 @@ def test_skew_report_says_whether_the_hot_key_fits_one_instance():
     # without the rates: no verdict
     assert skew_report(model, "a", 0, 4, 0.55)["hot_key"] is None
 
+def _keyed_model(max_parallelism=8):
+    from modeler.modelfile import parse_model
+
+    return parse_model({"augury": 1, "job": "k", "operators": [
+        {"name": "source", "role": "source"},
+        {"name": "a", "service_time_ms": 1.0, "parallelism": 2, "max_parallelism": max_parallelism}],
+        "edges": [{"from": "source", "to": "a", "grouping": "key",
+                   "keys": {"distribution": "uniform"}}]})
+
+
+def test_hot_key_placement_isolates_a_fitting_hot_key_by_the_key_group_ranges():
+    from scheduler.reactive import hot_key_placement
+
+    model = _keyed_model()  # 8 key groups of 1/8 each; instance = group * p // 8
+    # a hot key of 400/s in key group 5 and 1,400/s of other keys; one instance takes 1,000/s,
+    # 700/s at the target: its instance may hold at most 300/s of others, under two groups (350/s)
+    got = hot_key_placement(model, "a", [5], 400.0, 1400.0, 1000.0, 0.7)
+    # p = 4..6 put group 5 with a neighbour; at p = 7 it is alone (groups 0 and 1 share instance 0)
+    assert got["parallelism"] == 7 and got["fits"] and got["hot_instances"] == [4]
+    assert got["hot_load"] == pytest.approx(400.0 + 175.0) and got["max_other_load"] == pytest.approx(350.0)
+    # key group 0 shares instance 0 with group 1 at every p < 8: only p = 8 isolates it
+    assert hot_key_placement(model, "a", [0], 400.0, 1400.0, 1000.0, 0.7)["parallelism"] == 8
+    # unknown which of two groups: the worst of them is sized for
+    assert hot_key_placement(model, "a", [0, 5], 400.0, 1400.0, 1000.0, 0.7)["parallelism"] == 8
+    # sized for the total rate alone it would be ceil(1,800 / 700) = 3, which leaves group 5's
+    # instance at 400 + 3 x 175 = 925/s
+
+
+def test_hot_key_placement_sizes_the_rest_when_the_hot_key_does_not_fit():
+    from scheduler.reactive import hot_key_placement
+
+    model = _keyed_model()
+    # 900/s on one key > 700/s: no parallelism fits it; the other 1,400/s need instances of at
+    # most 700/s besides the hot one: at p = 2 instance 0 holds groups 0-3 (700/s)
+    got = hot_key_placement(model, "a", [5], 900.0, 1400.0, 1000.0, 0.7)
+    assert got["parallelism"] == 2 and got["fits"] is False and got["max_other_load"] == pytest.approx(700.0)
+    got = hot_key_placement(model, "a", [5], 900.0, 2000.0, 1000.0, 0.7)
+    assert got["parallelism"] == 4 and got["max_other_load"] == pytest.approx(500.0)
+    assert hot_key_placement(model, "a", [], 900.0, 2000.0, 1000.0, 0.7) is None
+
+
+def test_a_fitting_hot_key_gets_the_parallelism_that_isolates_it_not_a_total_rate_scale_up():
+    from scheduler.reactive import hot_key_placement
+
+    # a at p = 2 (64 key groups: instance 0 holds 0-31), 1,200/s, 70 % of it on instance 0: the
+    # hot key ~480/s fits one instance (700/s at the target) but not with half the other keys
+    job = FluidJob(service_ms={"a": 1.0}, config={"a": 2}, rate=1200.0, hot={"a": 0.7})
+    model, history, diags = _run(job, 60)
+    assert "data_skew" in _causes(diags)["a"]
+    proposals = resolve(history[-1], diags, model, [])
+    scale = [p for p in proposals if p.kind == "scale"]
+    assert len(scale) == 1 and scale[0].diagnosis == "data_skew" and scale[0].operators == ("a",)
+    report = [p for p in proposals if p.kind == "report_skew"][0].detail
+    hk = report["hot_key"]
+    assert hk["fits"] and hk["rate"] == pytest.approx(480.0, rel=0.02)
+    groups = list(range(report["key_groups"][0], report["key_groups"][1] + 1))
+    want = hot_key_placement(model, "a", groups, hk["rate"], hk["rest"], 1000.0, 0.7)["parallelism"]
+    assert scale[0].config["a"] == want == 4  # 16 groups: 480 + 180 = 660/s; p = 3 leaves 22 (727/s)
+    assert "fits one instance" in scale[0].reasons[0] and "parallelism 2 -> 4" in scale[0].reasons[0]
+
+
 @pytest.mark.parametrize("p,maxp", [(3, 128), (4, 64), (7, 10)])
 def test_key_group_ranges_match_flink(p, maxp):
     for i in range(p):
