@@ -72,6 +72,21 @@ def share(flags: Sequence[bool] | Iterable[bool], seed: int = 0, level: float = 
     return {"n": int(len(x)), "share": float(x.mean()), "share_lo": lo, "share_hi": hi}
 
 
+def wilson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a share ``successes / n``: unlike the bootstrap it does not
+    collapse to a point at 0 or n (5 of 5 -> [0.57, 1.0]), which small samples (a handful of
+    seeded runs per cell) need. (nan, nan) for n = 0."""
+    from statistics import NormalDist
+
+    if n <= 0:
+        return math.nan, math.nan
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def fmt_ci(value: float, lo: float, hi: float, percent: bool = True, signed: bool = False) -> str:
     """``12 % [8, 15]`` (``percent``) or ``1.5 [1, 2]``: a value with its interval, for summaries."""
     if not math.isfinite(value):

@@ -80,9 +80,12 @@ STATEMENTS: dict[str, dict[str, str]] = {
         "ground truth": "faults injected into the testbed at a known time, instance and key.",
         "given": "augury's loop runs on the model learned from a warm-up recording; Dhalion as published "
                  "(back-pressure detection, bottleneck scale-up; no slow-instance or skew diagnoser).",
-        "sample": "one run per fault and policy per seed (in the table).",
-        "could bias it": "two fault kinds, one job; recovery depends on how the testbed models an instance "
-                         "restart (a fresh host).",
+        "sample": "per job (WordCount, the clickstream pipeline), fault and policy: 5 runs with different seeds "
+                  "(the `summary` table gives shares of runs and medians; every run is in `runs`).",
+        "could bias it": "two fault kinds (no slow host, network or lost-host faults yet: issue 26), two jobs, one "
+                         "load (0.8 of the default max rate) and one hot-key share (50 %); recovery depends on how "
+                         "the testbed models an instance restart (a fresh host). Five runs per cell bound a share "
+                         "only coarsely (5 of 5 has a 95 % Wilson interval of 57-100 %).",
     },
     "flink-accuracy": {
         "ground truth": "a real Apache Flink cluster on this machine (loopback).",

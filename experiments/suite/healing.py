@@ -252,7 +252,8 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
     metrics.update({f"calibration.{k}": float(v) for k, v in first.items()})
     lines = [f"{', '.join(jobs)} at {params.load_factor} x the default max rate on the cheapest configuration; "
              f"fault at {params.fault_at_s:g} s, run {duration:g} s (real time); {n_seeds} seed(s) per job, fault and "
-             f"policy ({len(table)} runs). Medians over the runs (recovery: over the runs that recovered)."]
+             f"policy ({len(table)} runs). Shares of runs with 95 % Wilson intervals; medians over the runs "
+             f"(recovery: over the runs that recovered)."]
     lines += summary_lines(summary_table)
     for job in jobs:
         cal = calibrations[job]
@@ -270,13 +271,18 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (job, fault, policy): runs, correct diagnoses, recoveries (share and median
     time), scale-ups of a slow instance's operator, violation minutes, the hot-key verdicts."""
+    from experiments.bootstrap import wilson
+
     out = []
     for (job, fault, policy), part in table.groupby(["job", "fault", "policy"], sort=False):
         recovered = part[part["recovered"]]
+        d_lo, d_hi = wilson(int(part["diagnosis_correct"].sum()), len(part))
+        r_lo, r_hi = wilson(int(part["recovered"].sum()), len(part))
         out.append({"job": job, "fault": fault, "policy": policy, "runs": len(part),
                     "diagnosis_correct": float(part["diagnosis_correct"].mean()),
+                    "diagnosis_correct_lo": d_lo, "diagnosis_correct_hi": d_hi,
                     "detect_s_median": float(part["detect_s"].median()),
-                    "recovered": float(part["recovered"].mean()),
+                    "recovered": float(part["recovered"].mean()), "recovered_lo": r_lo, "recovered_hi": r_hi,
                     "recover_s_median": float(recovered["recover_s"].median()) if len(recovered) else math.nan,
                     "violation_minutes_mean": float(part["violation_minutes"].mean()),
                     "slow_scale_ups": int(part["slow_scale_ups"].sum()) if fault == "slow_instance" else 0,
@@ -292,8 +298,9 @@ def summary_lines(summary: pd.DataFrame) -> list[str]:
     lines = []
     for _, r in summary.iterrows():
         lines.append(f"- {r['job']}, {r['fault']}, {r['policy']}: correct diagnosis in {r['diagnosis_correct']:.0%} "
-                     f"of {r['runs']} runs, detected after {fmt(r['detect_s_median'])}, SLO met again in "
-                     f"{r['recovered']:.0%} (after {fmt(r['recover_s_median'])}), "
+                     f"[{r['diagnosis_correct_lo']:.0%}, {r['diagnosis_correct_hi']:.0%}] of {r['runs']} runs, "
+                     f"detected after {fmt(r['detect_s_median'])}, SLO met again in {r['recovered']:.0%} "
+                     f"[{r['recovered_lo']:.0%}, {r['recovered_hi']:.0%}] (after {fmt(r['recover_s_median'])}), "
                      f"{r['violation_minutes_mean']:.2f} violation min per run"
                      + (f", {r['slow_scale_ups']} scale-up(s) of the slow instance's operator"
                         if r["fault"] == "slow_instance" else "")

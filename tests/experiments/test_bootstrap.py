@@ -54,3 +54,15 @@ def test_describe_and_share():
     assert math.isnan(share([])["share"]) and describe([])["n"] == 0
     assert fmt_ci(0.05, 0.0, 0.1, signed=True) == "+5% [+0%, +10%]"
     assert fmt_ci(float("nan"), 0, 0) == "n/a"
+
+
+def test_wilson_interval_matches_the_closed_form_and_does_not_collapse_at_the_ends():
+    from experiments.bootstrap import wilson
+
+    # Wilson (1927) at z = 1.96: 3 of 5 -> [0.2307, 0.8824]; 5 of 5 -> [0.5655, 1]; 0 of 5 mirrors it
+    assert wilson(3, 5) == pytest.approx((0.2307, 0.8824), abs=1e-4)
+    lo, hi = wilson(5, 5)
+    assert lo == pytest.approx(0.5655, abs=1e-4) and hi == 1.0
+    lo0, hi0 = wilson(0, 5)
+    assert lo0 == pytest.approx(0.0, abs=1e-12) and hi0 == pytest.approx(1 - 0.5655, abs=1e-4)
+    assert all(math.isnan(v) for v in wilson(0, 0))

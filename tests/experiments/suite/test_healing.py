@@ -27,3 +27,32 @@ def test_quick_healing_through_the_harness(tmp_path, monkeypatch):
     for _, row in runs.iterrows():
         if row["slo_violated_after_fault"] and row["recovered"]:
             assert row["recover_s"] > 0
+
+
+def test_summary_counts_runs_and_states_the_goals_as_measured():
+    import pandas as pd
+
+    from experiments.suite.healing import summarize, summary_lines
+
+    def row(job, fault, policy, correct, recovered, recover_s, scale_ups=0, verdict=""):
+        return {"job": job, "fault": fault, "policy": policy, "diagnosis_correct": correct, "detect_s": 20.0,
+                "recovered": recovered, "recover_s": recover_s, "violation_minutes": 1.0,
+                "slow_scale_ups": scale_ups, "hot_key_verdict": verdict}
+
+    rows = [row("j", "slow_instance", "augury", True, True, 40.0) for _ in range(4)]
+    rows += [row("j", "slow_instance", "augury", False, True, 90.0, scale_ups=1)]
+    rows += [row("j", "slow_instance", "dhalion", False, k < 2, 120.0 if k < 2 else math.nan, 1) for k in range(5)]
+    rows += [row("j", "hot_key", "augury", True, False, math.nan, verdict="fits one instance") for _ in range(5)]
+    rows += [row("j", "hot_key", "dhalion", False, False, math.nan) for _ in range(5)]
+    s = summarize(pd.DataFrame(rows)).set_index(["fault", "policy"])
+    slow = s.loc[("slow_instance", "augury")]
+    assert slow["runs"] == 5 and slow["diagnosis_correct"] == 0.8 and slow["slow_scale_ups"] == 1
+    assert 0.3 < slow["diagnosis_correct_lo"] < 0.8 < slow["diagnosis_correct_hi"] <= 1.0
+    assert slow["recover_s_median"] == 40.0 and s.loc[("slow_instance", "dhalion"), "recovered"] == 0.4
+    assert s.loc[("hot_key", "augury"), "hot_key_verdicts"] == "fits one instance: 5"
+    text = "\n".join(summary_lines(s.reset_index()))
+    assert "goal, slow_instance: correct diagnosis in >= 90 % of runs per job: missed (lowest 80%)" in text
+    assert "goal, hot_key: correct diagnosis in >= 90 % of runs per job: met" in text
+    assert "zero scale-ups answering a slow instance: missed (1)" in text
+    # Dhalion recovers in 40 % of its slow-instance runs (after 120 s): augury recovers in all, faster
+    assert "goal, j slow_instance: recovery faster than Dhalion (which recovers in 40%, after 120 s): met" in text
