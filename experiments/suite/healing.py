@@ -47,6 +47,11 @@ DESCRIPTION = ("slow instance and hot key injected: time to detect, to diagnose 
 
 FAULTS = ("slow_instance", "hot_key")
 POLICIES = ("augury", "dhalion")
+HEADLINE = ("augury.slow_instance.diagnosis_correct", "augury.slow_instance.recovered",
+            "augury.slow_instance.recover_s", "augury.slow_instance.slow_scale_ups",
+            "dhalion.slow_instance.recovered", "augury.hot_key.diagnosis_correct", "augury.hot_key.recovered",
+            "dhalion.hot_key.recovered")
+"""The metrics quoted in the README (shares of runs over both jobs; medians of the times)."""
 
 
 @dataclass(frozen=True)
