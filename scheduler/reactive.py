@@ -455,12 +455,18 @@ def _ranges(groups: Sequence[int]) -> list[list[int]]:
     return out
 
 
+def _keyed_input(model: JobModel, operator: str):
+    """The operator's key-grouped input edge with a key distribution (the first), or None."""
+    return next((e for e in model.edges if e.target == operator and e.grouping == "key" and e.keys is not None),
+                None)
+
+
 def _expected_hot_share(model: JobModel, operator: str, parallelism: int) -> float:
     """Busiest instance's share the model's key distribution explains at ``parallelism``."""
     maxp = model.operator(operator).max_parallelism
-    for e in model.edges:
-        if e.target == operator and e.grouping == "key" and e.keys is not None:
-            return float(instance_shares(key_group_weights(e.keys, maxp), parallelism).max())
+    keyed = _keyed_input(model, operator)
+    if keyed is not None:
+        return float(instance_shares(key_group_weights(keyed.keys, maxp), parallelism).max())
     return 1.0 / parallelism
 
 
@@ -530,8 +536,7 @@ def skew_report(model: JobModel, operator: str, instance: int, parallelism: int,
             evidence.append((p, inst))
     ranked_model: list[int] = []
     expected = None  # the model's share of the hot instance, for the hot key's capacity
-    keyed = next((e for e in model.edges if e.target == operator and e.grouping == "key" and e.keys is not None),
-                 None)
+    keyed = _keyed_input(model, operator)
     if keyed is not None:
         ranked_model = [g for g, _ in hot_key_groups(keyed.keys, maxp, top=maxp) if g in candidates][:top]
         if parallelism <= maxp:
@@ -632,8 +637,7 @@ def _placement_at(model, operator, groups, hot_rate, rest_rate, instance_rate, u
     maxp = spec.max_parallelism
     if not groups or parallelism < 1 or parallelism > maxp or not instance_rate > 0:
         return None
-    keyed = next((e for e in model.edges if e.target == operator and e.grouping == "key" and e.keys is not None),
-                 None)
+    keyed = _keyed_input(model, operator)
     shares = share_table(keyed.keys, maxp)[parallelism, :parallelism] if keyed is not None \
         else np.full(parallelism, 1.0 / parallelism)
     loads = rest_rate * shares

@@ -184,8 +184,10 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
             for rep in s.decision.reports:
                 if rep.kind == "report_skew" and f"report_skew {','.join(rep.operators)}" not in " ".join(actions):
                     actions.append(f"{now - t0:+.0f}s report_skew {','.join(rep.operators)}")
-                if rep.kind == "report_skew" and hot_op in rep.operators and rep.reasons:
-                    verdict = rep.reasons[-1]  # the latest estimate
+                if rep.kind == "report_skew" and hot_op in rep.operators:  # the latest estimate's verdict
+                    hot_key = (rep.detail or {}).get("hot_key")
+                    verdict = ("" if not hot_key else "fits one instance" if hot_key["fits"] else
+                               "unknown while saturated" if hot_key["fits"] is None else "cannot fix by scaling")
         causes = [(now, d.operator, d.causes) for now, s in c.steps if now > t0 for d in s.evaluation.diagnoses
                   if d.causes]
         if not diagnosis_text and causes:
@@ -211,9 +213,7 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
             "violation_minutes": float(after["violated"].sum() * params.window_s / 60.0),
             "reconfigurations": r.reconfigurations, "diagnosis": diagnosis_text,
             "diagnosis_correct": not math.isnan(diagnose), "slow_scale_ups": slow_scale_ups,
-            "hot_key_verdict": ("cannot fix by scaling" if "scaling cannot fix" in verdict else
-                                "fits one instance" if "it fits one instance" in verdict else
-                                "unknown while saturated" if "is saturated" in verdict else ""),
+            "hot_key_verdict": verdict,
             "actions": "; ".join(actions[:8])}
 
 
