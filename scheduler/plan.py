@@ -1246,7 +1246,7 @@ def _solve_fast(prob: _Problem, fm: "_plan_fast.FastMean", b: np.ndarray, notes:
                 util_ok = prob.util_ok(batch)
                 ok = util_ok & ~np.isnan(lat) & (lat <= slo)
                 # above the SLO only by rounding: the fast mean put them at it (a tie)
-                rounding = rounding and bool(np.all(~util_ok | (lat <= slo * (1 + _ROUNDING))))
+                rounding = rounding and bool(np.all(util_ok & (lat <= slo * (1 + _ROUNDING))))
                 if ok.any():
                     i = int(np.nonzero(ok)[0][np.argmin(lat[ok])])
                     if lat[i] < best_lat:
