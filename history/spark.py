@@ -90,11 +90,16 @@ def _log4j_file() -> str:
 
 def spark_session(master: str = "local[2]", app_name: str = "augury", *,
                   driver_memory: str | None = None, shuffle_partitions: int = 8,
-                  conf: Mapping[str, str] | None = None):
+                  conf: Mapping[str, str] | None = None, short_lived: bool = False):
     """A (possibly already running) SparkSession configured for augury.
 
     ``driver_memory`` (e.g. ``"2g"``; default ``$AUGURY_SPARK_DRIVER_MEMORY`` or ``"1g"``) only
-    takes effect when this call starts the JVM.
+    takes effect when this call starts the JVM. So does ``short_lived``: the caller knows the
+    application has little work (an incremental summarize of a few hundred thousand rows), so
+    its JVMs (the driver's; on a cluster the executors' too) compile with HotSpot's client
+    compiler only (``-XX:TieredStopAtLevel=1``). A fresh JVM spends such a run mostly compiling
+    Spark's own code; the optimizing compiler's slower, later code pays off only over minutes
+    of work (bench_history --incremental: 21 s instead of 28 s, medians of 4, docs/history.md).
     """
     if not master.startswith(_MASTER_PREFIXES):
         # Spark's own rule (SparkSubmit): checked here so the JVM is not started just to print
@@ -111,6 +116,7 @@ def spark_session(master: str = "local[2]", app_name: str = "augury", *,
         # dependencies; Spark otherwise starts whatever `python3` is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     log4j = _log4j_file()
+    jit = " -XX:TieredStopAtLevel=1" if short_lived else ""
     builder = (
         SparkSession.builder.master(master).appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -123,8 +129,8 @@ def spark_session(master: str = "local[2]", app_name: str = "augury", *,
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", memory)
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j} "
-                "-Duser.timezone=UTC")
-        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+                f"-Duser.timezone=UTC{jit}")
+        .config("spark.executor.extraJavaOptions", f"-Duser.timezone=UTC{jit}")
         .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
     )
     if master.startswith("local"):

@@ -18,10 +18,12 @@ TRACES = bundled.traces_dir()
 
 @pytest.fixture(scope="session")
 def spark():
-    """Local Spark, UI off, 2 shuffle partitions; started once, stopped at the end."""
+    """Local Spark, UI off, 2 shuffle partitions; started once, stopped at the end. Short-lived
+    (client compiler only): every test runs seconds of Spark work on a few rows."""
     from history.spark import spark_session
 
-    session = spark_session(master="local[2]", app_name="augury-tests", shuffle_partitions=2)
+    session = spark_session(master="local[2]", app_name="augury-tests", shuffle_partitions=2,
+                            short_lived=True)
     yield session
     session.stop()
 

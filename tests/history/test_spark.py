@@ -1,4 +1,5 @@
-"""history.spark: in local mode the driver listens on loopback only (issue 22)."""
+"""history.spark: in local mode the driver listens on loopback only (issue 22); a short-lived
+session's JVMs run the client compiler only."""
 
 from __future__ import annotations
 
@@ -82,3 +83,12 @@ def test_every_spark_session_is_started_by_spark_session():
     builders = [str(path.relative_to(root)) for package in ("augury", "history", "modeler", "scheduler", "experiments")
                 for path in (root / package).rglob("*.py") if ".builder" in path.read_text(encoding="utf-8")]
     assert builders == ["history/spark.py"], builders
+
+
+def test_a_short_lived_session_compiles_with_the_client_compiler_only(spark):
+    """The shared test session is started ``short_lived`` (conftest): the option reaches the JVM
+    that runs (its input arguments, not only the configuration) and the executors' options."""
+    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert "-XX:TieredStopAtLevel=1" in list(runtime.getInputArguments())
+    executor = spark.sparkContext.getConf().get("spark.executor.extraJavaOptions")
+    assert "-XX:TieredStopAtLevel=1" in executor.split() and "-Duser.timezone=UTC" in executor.split()
