@@ -92,3 +92,53 @@ def test_a_short_lived_session_compiles_with_the_client_compiler_only(spark):
     assert "-XX:TieredStopAtLevel=1" in list(runtime.getInputArguments())
     executor = spark.sparkContext.getConf().get("spark.executor.extraJavaOptions")
     assert "-XX:TieredStopAtLevel=1" in executor.split() and "-Duser.timezone=UTC" in executor.split()
+
+
+_SESSION_SCRIPT = """
+import sys
+sys.path.insert(0, {repo!r})
+from history.spark import spark_session
+spark = spark_session(short_lived=True)
+print(spark.range(5).count())
+runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+print("ARGS " + " ".join(str(a) for a in runtime.getInputArguments()))
+"""
+
+
+@pytest.mark.slow
+def test_local_jvms_share_sparks_classes_through_an_archive_the_first_one_writes(tmp_path):
+    """The first local JVM writes the class-data-sharing archive as it exits (promoted only once
+    it exited normally, nothing left behind); the next maps it and prints nothing of its own on
+    stdout; a damaged archive (cut short: mapping it kills the JVM) costs one failed start, after
+    which the session starts without it and the archive is gone."""
+    import subprocess
+    import sys
+
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "AUGURY_SPARK_CDS": "1"}
+    env.pop("AUGURY_JVM_LOG", None)
+
+    def run() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _SESSION_SCRIPT.format(repo=repo)], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+
+    jvm_dir = tmp_path / "augury" / "jvm"
+    first = run()
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "-XX:ArchiveClassesAtExit=" in first.stdout
+    archives = list(jvm_dir.glob("*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 0
+    assert sorted(p.name for p in jvm_dir.iterdir()) == [archives[0].name]  # no dump, no lock left
+
+    second = run()
+    assert second.returncode == 0, second.stderr[-2000:]
+    lines = second.stdout.splitlines()
+    assert lines[0] == "5" and len(lines) == 2, lines
+    assert f"-XX:SharedArchiveFile={archives[0]}" in lines[1].split()
+
+    archives[0].chmod(0o644)
+    os.truncate(archives[0], 1 << 20)
+    third = run()
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert "5" in third.stdout.splitlines()
+    assert not archives[0].exists()
