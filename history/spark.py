@@ -22,6 +22,7 @@ old 2 shuffle partitions) both aggregations of 10 M rows spilled ~580 MiB per st
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import tempfile
@@ -67,6 +68,9 @@ it unless ``--verbose`` (``augury/commands/_logs.py``)."""
 CDS_ENV = "AUGURY_SPARK_CDS"
 """``0`` starts local-mode JVMs without the class-data-sharing archive (``_ClassDataSharing``)."""
 
+_CDS_KEEP = 3
+"""Class-data-sharing archives kept (the most recently used; one per pyspark installation)."""
+
 _CDS_LOCK_STALE_S = 900.0
 """A lock file older than this (s) is left by a process that died creating the archive."""
 
@@ -81,10 +85,13 @@ class _ClassDataSharing:
     session started in 3.0-3.3 s instead of 5.7-6.4 s and the summarize took 18.5-19.5 s instead
     of 17.8-21.9 s (3 runs each, client compiler). The archive (~190 MB) lives in
     ``$XDG_CACHE_HOME/augury/jvm`` (default ``~/.cache``), named after the pyspark version and the
-    java binary; ``AUGURY_SPARK_CDS=0`` turns it off.
+    java binary; the three most recently used are kept (``_CDS_KEEP``), older ones deleted when a
+    new one is written; ``AUGURY_SPARK_CDS=0`` turns it off.
 
-    Safety: one process at a time creates it (an exclusive lock file), into a file of its own that
-    is renamed to the archive only after its JVM exited with status 0, so no JVM ever maps a dump
+    Safety: one process at a time creates it (an exclusive lock file holding its pid; stale once
+    that process is gone), into a file of its own that is renamed to the archive only after its
+    JVM exited with status 0 (at Python's exit: a process ended by ``os._exit``, as pytest-xdist's
+    workers are, never promotes its dump, and the next creator deletes it), so no JVM ever maps a dump
     that was cut short (that kills the JVM with SIGBUS). A JVM that cannot start with the archive
     is started again without it, and the archive is removed. The JVM itself checks the archive
     against its class path and version and ignores one that does not match; its warning is
@@ -111,14 +118,24 @@ class _ClassDataSharing:
         quiet = f" -Xlog:cds*=off -XX:ErrorFile={self.directory / 'hs_err_pid%p.log'}"
         if self.archive.is_file():
             self.mode = "use"
+            with contextlib.suppress(OSError):  # last used: what pruning keeps
+                os.utime(self.archive)
             return f" -XX:SharedArchiveFile={self.archive}{quiet}"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            if self.lock.exists() and os.path.getmtime(self.lock) < time.time() - _CDS_LOCK_STALE_S:
+            if self.lock.exists() and self._stale(self.lock):
                 self.lock.unlink(missing_ok=True)
-            os.close(os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            fd = os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            with os.fdopen(fd, "w") as lock:
+                lock.write(str(os.getpid()))
         except OSError:  # another process is creating it, or the cache cannot be written
             return ""
+        # dumps of processes that died before promoting theirs (killed, or ended by os._exit,
+        # which runs no exit handler): whether they are whole cannot be known
+        for dump in self.directory.glob(f"{self.archive.name}.*.tmp"):
+            with contextlib.suppress(ValueError):
+                if not _alive(dump.name[len(self.archive.name) + 1:-len(".tmp")]):
+                    dump.unlink(missing_ok=True)
         self.mode = "create"
         atexit.register(self._finish)
         return f" -XX:ArchiveClassesAtExit={self.dump}{quiet}"
@@ -128,6 +145,24 @@ class _ClassDataSharing:
         for path in (self.archive, self.dump) if self.mode == "use" else (self.dump, self.lock):
             path.unlink(missing_ok=True)
         self.mode = "off"
+
+    @staticmethod
+    def _stale(lock: Path) -> bool:
+        """A lock whose process is gone (or, unreadable, older than ``_CDS_LOCK_STALE_S``)."""
+        try:
+            return not _alive(lock.read_text().strip())
+        except OSError:
+            return True
+        except ValueError:
+            return os.path.getmtime(lock) < time.time() - _CDS_LOCK_STALE_S
+
+    def _prune(self) -> None:
+        """Keep the ``_CDS_KEEP`` most recently used archives: each pyspark installation (every
+        fresh virtual environment) and java binary has its own, ~185 MB each."""
+        archives = sorted(self.directory.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in archives[_CDS_KEEP:]:
+            if old != self.archive:
+                old.unlink(missing_ok=True)
 
     def _finish(self) -> None:
         """At exit: end the JVM (it dumps the archive as it exits) and keep the dump only if the
@@ -141,11 +176,23 @@ class _ClassDataSharing:
                     proc.stdin.close()  # the gateway exits on end of input: System.exit(0)
                 if proc.wait(timeout=300) == 0 and self.dump.is_file() and self.dump.stat().st_size > 0:
                     os.replace(self.dump, self.archive)
+                    self._prune()
         except Exception:  # noqa: BLE001 - an archive is an optimisation, never a failure
             pass
         finally:
             self.dump.unlink(missing_ok=True)
             self.lock.unlink(missing_ok=True)
+
+
+def _alive(pid: str) -> bool:
+    """Whether the process ``pid`` (text) exists; ValueError when it is not a number."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def _jvm_running() -> bool:

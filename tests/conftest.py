@@ -15,6 +15,11 @@ EXAMPLES = bundled.examples_dir()
 TRACES = bundled.traces_dir()
 """The bundled real traces."""
 
+# Tests leave the user's cache alone: no JVM they start (the shared session, the commands run as
+# subprocesses) writes or maps the ~185 MB class-data-sharing archive of history.spark; the test
+# of that archive turns it on in a cache directory of its own.
+os.environ.setdefault("AUGURY_SPARK_CDS", "0")
+
 
 @pytest.fixture(scope="session")
 def spark():

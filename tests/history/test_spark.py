@@ -108,7 +108,8 @@ print("ARGS " + " ".join(str(a) for a in runtime.getInputArguments()))
 @pytest.mark.slow
 def test_local_jvms_share_sparks_classes_through_an_archive_the_first_one_writes(tmp_path):
     """The first local JVM writes the class-data-sharing archive as it exits (promoted only once
-    it exited normally, nothing left behind); the next maps it and prints nothing of its own on
+    it exited normally; nothing left behind, a dead creator's lock and dump included; older
+    archives beyond three deleted); the next maps it and prints nothing of its own on
     stdout; a damaged archive (cut short: mapping it kills the JVM) costs one failed start, after
     which the session starts without it and the archive is gone."""
     import subprocess
@@ -122,13 +123,32 @@ def test_local_jvms_share_sparks_classes_through_an_archive_the_first_one_writes
         return subprocess.run([sys.executable, "-c", _SESSION_SCRIPT.format(repo=repo)], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=600)
 
+    import time
+
     jvm_dir = tmp_path / "augury" / "jvm"
+    jvm_dir.mkdir(parents=True)
+    others = [jvm_dir / f"spark-0.0.{k}-000000000000.jsa" for k in range(3)]  # other installations'
+    for age, other in enumerate(others):
+        other.write_bytes(b"x")
+        os.utime(other, (time.time() - 1000 * (3 - age),) * 2)  # others[0] the least recently used
+    # left by a creator that died (killed, or ended by os._exit): its lock and its partial dump
+    from unittest import mock
+
+    from history.spark import _ClassDataSharing
+
+    with mock.patch.dict(os.environ, {"XDG_CACHE_HOME": str(tmp_path)}):
+        archive = _ClassDataSharing().archive
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    archive.with_name(archive.name + ".creating").write_text(str(dead.pid))
+    archive.with_name(f"{archive.name}.{dead.pid}.tmp").write_bytes(b"cut short")
     first = run()
     assert first.returncode == 0, first.stderr[-2000:]
     assert "-XX:ArchiveClassesAtExit=" in first.stdout
-    archives = list(jvm_dir.glob("*.jsa"))
+    archives = [p for p in jvm_dir.glob("*.jsa") if p not in others]
     assert len(archives) == 1 and archives[0].stat().st_size > 0
-    assert sorted(p.name for p in jvm_dir.iterdir()) == [archives[0].name]  # no dump, no lock left
+    # no dump and no lock left; the three most recently used archives kept
+    assert sorted(p.name for p in jvm_dir.iterdir()) == sorted([archives[0].name, others[1].name, others[2].name])
 
     second = run()
     assert second.returncode == 0, second.stderr[-2000:]
