@@ -72,7 +72,7 @@ _CDS_KEEP = 3
 """Class-data-sharing archives kept (the most recently used; one per pyspark installation)."""
 
 _CDS_LOCK_STALE_S = 900.0
-"""A lock file older than this (s) is left by a process that died creating the archive."""
+"""A lock file whose pid cannot be read is stale once older than this (s)."""
 
 
 class _ClassDataSharing:
@@ -257,6 +257,7 @@ def spark_session(master: str = "local[2]", app_name: str = "augury", *,
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     log4j = _log4j_file()
     jit = " -XX:TieredStopAtLevel=1" if short_lived else ""
+    driver_options = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC{jit}"
     sharing = None
     if master.startswith("local") and os.environ.get(CDS_ENV, "1") != "0" and not _jvm_running():
         sharing = _ClassDataSharing()
@@ -271,8 +272,7 @@ def spark_session(master: str = "local[2]", app_name: str = "augury", *,
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", memory)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j} "
-                f"-Duser.timezone=UTC{jit}{sharing.options() if sharing else ''}")
+        .config("spark.driver.extraJavaOptions", driver_options + (sharing.options() if sharing else ""))
         .config("spark.executor.extraJavaOptions", f"-Duser.timezone=UTC{jit}")
         .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
     )
@@ -294,8 +294,7 @@ def spark_session(master: str = "local[2]", app_name: str = "augury", *,
                 raise
             # perhaps the archive: start again without it (and never use it again)
             sharing.discard()
-            builder = builder.config("spark.driver.extraJavaOptions",
-                                     f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC{jit}")
+            builder = builder.config("spark.driver.extraJavaOptions", driver_options)
             with _stderr_to(log):
                 session = builder.getOrCreate()
     except Exception as err:  # Java missing, bad master URL, port trouble...

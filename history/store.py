@@ -110,6 +110,11 @@ class TableTransaction:
             raise StoreError("unknown table", field="table", value=name)
         return self.stage / "tables" / name
 
+    def staged_files(self, name: str) -> list[Path]:
+        """The Parquet files written under ``dir(name)`` so far (Spark's hidden and marker
+        files left out), in name order."""
+        return sorted(p for p in self.dir(name).rglob("*.parquet") if not p.name.startswith((".", "_")))
+
     def path(self, entry: str) -> str:
         """The absolute path of a manifest entry (``raw/...``, ``tables/...``)."""
         return str((self.root or Path(".")) / entry)
@@ -392,8 +397,7 @@ class MetricStore:
                     if unknown:
                         raise StoreError("a kept table file is not in the table", field="table",
                                          value=sorted(unknown)[0])
-                    files = sorted(p for p in tx.dir(name).rglob("*.parquet")
-                                   if not p.name.startswith((".", "_")))
+                    files = tx.staged_files(name)
                     finals = []
                     for i, staged in enumerate(files):
                         final = f"tables/{name}/part-{txn}-{i:05d}.parquet"

@@ -249,14 +249,13 @@ def _overlaps(lo: int | None, hi: int | None, ranges: Mapping[str, list | None])
     return False
 
 
-def _windows_written(directory: Path, ranges: Mapping[str, list | None]) -> int:
-    """Distinct (job, window_start) in the re-opened ranges among the table files just written
-    under ``directory``: the windows recomputed, read from two columns of the (small) files of
-    an incremental run; a Spark job for the count cost ~0.6 s of a ~20 s run in a fresh JVM."""
+def _windows_written(files: list[Path], ranges: Mapping[str, list | None]) -> int:
+    """Distinct (job, window_start) in the re-opened ranges among the operator_windows files just
+    written: the windows recomputed, read from two columns of the (small) files of an incremental
+    run; a Spark job for the count cost ~0.6 s of a ~20 s run in a fresh JVM."""
     import numpy as np
     import pyarrow as pa
 
-    files = sorted(p for p in directory.rglob("*.parquet") if not p.name.startswith((".", "_")))
     if not files:
         return 0
     table = pa.concat_tables(pq.read_table(f, columns=["job", "window_start"]) for f in files)
@@ -318,7 +317,8 @@ def summarize_store(store: str | Path, window_s: float | None = None, master: st
                                  store_version=metric_store.version, mode="unchanged",
                                  table_files_kept=sum(len(v) for v in tx.manifest["tables"].values()))
         if decided.full_reason is None:
-            scanned = _raw_to_read(tx, decided.ranges, _us(float(decided.window_s)))[1]
+            to_read = _raw_to_read(tx, decided.ranges, _us(float(decided.window_s)))
+            scanned = to_read[1]
         if spark is None:
             from history.spark import spark_session
 
@@ -333,11 +333,10 @@ def summarize_store(store: str | Path, window_s: float | None = None, master: st
                         done = _full(spark, tx, window_s, raw_rows)
                 else:
                     with _small_input(spark, scanned):
-                        done = _incremental_run(spark, tx, decided, last)
+                        done = _incremental_run(spark, tx, decided, last, to_read)
             finally:
                 spark.catalog.clearCache()
-        rows = {name: sum(pq.read_metadata(p).num_rows for p in tx.dir(name).rglob("*.parquet")
-                          if not p.name.startswith((".", "_")))
+        rows = {name: sum(pq.read_metadata(p).num_rows for p in tx.staged_files(name))
                 + sum((tx.manifest.get("table_ranges") or {}).get(f, [None, None, 0])[2] or 0
                       for f in tx.keep.get(name, []))
                 for name in TABLES}
@@ -412,7 +411,7 @@ def _small_input(spark, rows: int):
     ``INTERPRETED_INPUT_ROWS``. These settings change the plan, never the result; restored after.
 
     Measured in a fresh JVM started ``short_lived`` (bench_history --incremental at 100 M rows,
-    +1 % and +0.1 %; medians of 3 runs, docs/history.md): at 1.13 M rows read, adaptive execution
+    +1 % and +0.1 %; medians of 3-4 runs, docs/history.md): at 1.13 M rows read, adaptive execution
     off and 2 partitions took 21.7 s against 22.6 s with them on, and code generation off 24.8 s
     against 21.4 s; at 229,000 rows code generation off took 17.3 s against 17.9 s."""
     keys = {}
@@ -436,7 +435,8 @@ def _small_input(spark, rows: int):
                 spark.conf.set(key, value)
 
 
-def _incremental_run(spark, tx: TableTransaction, decided: Plan, last: dict) -> dict:
+def _incremental_run(spark, tx: TableTransaction, decided: Plan, last: dict, to_read: tuple) -> dict:
+    """``to_read``: ``_raw_to_read`` of the plan's ranges (read once, before Spark started)."""
     from pyspark.sql import types as T
 
     from history.pipeline import operator_links, summarize
@@ -445,8 +445,8 @@ def _incremental_run(spark, tx: TableTransaction, decided: Plan, last: dict) -> 
     before = _us(width)  # the window before each range: its source_lag is the first one's lag base
     ranges = dict(decided.ranges)
     stored = last.get("links", [])
+    files, scanned = to_read
     while True:
-        files, scanned = _raw_to_read(tx, ranges, before)
         raw = spark.read.schema(raw_spark_schema()).parquet(*files).where(_in_ranges("ts", ranges, before))
         read_links, read, _ = _collect_links(operator_links(raw))
         links = _merge_links(stored, read_links)
@@ -458,6 +458,7 @@ def _incremental_run(spark, tx: TableTransaction, decided: Plan, last: dict) -> 
         if not flipped:
             break
         ranges.update({job: None for job in flipped})
+        files, scanned = _raw_to_read(tx, ranges, before)
     schema = T.StructType([T.StructField("job", T.StringType()), T.StructField("operator", T.StringType()),
                            T.StructField("target", T.StringType()), T.StructField("_lag", T.IntegerType()),
                            T.StructField("_edge", T.IntegerType())])
@@ -474,6 +475,6 @@ def _incremental_run(spark, tx: TableTransaction, decided: Plan, last: dict) -> 
             kept_rows = spark.read.parquet(*[tx.path(f) for f in rewrite]).where(~reopened)
             fresh = fresh.unionByName(kept_rows.select(*fresh.columns))
         _write_sorted(fresh, tx.dir(name), scanned)
-    windows = _windows_written(tx.dir("operator_windows"), ranges)
+    windows = _windows_written(tx.staged_files("operator_windows"), ranges)
     return {"window_s": width, "natives": list(decided.natives), "links": links, "read": read,
             "scanned": scanned, "files": len(files), "windows": windows}
