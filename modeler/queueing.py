@@ -29,7 +29,11 @@ What is modelled (``docs/design.md`` section 2), and the assumptions:
    ``E[S] (m-1)/2`` with ``m = E[B^2]/E[B]`` (the exact M^X/G/1 term); key splitting is random
    thinning (``I' = sigma I + 1 - sigma``), round-robin divides ``I`` by p; merging streams
    averages their dispersion by flow (QNA's asymptotic method; see ``_superpose`` for why not
-   the hybrid).
+   the hybrid), plus, where copies of one tuple meet again (a fork that re-merges: they are not
+   independent streams), the covariance of the merged counts, as excess dispersion and as
+   pairs arriving together, discounted by the branches' service-time difference
+   (``_CopyPairs``; the testbed's sojourn at such a merge was ~30 % above the independent
+   superposition, now within ~10 %).
    Sojourn = wait + service; per hop a network delay and, when the engine batches output buffers,
    the buffer wait ``min(timeout, fill time)/2``. End-to-end: the flow-weighted mixture over
    source->sink paths (computed by dynamic programming over the DAG, not by enumerating paths).
@@ -309,6 +313,124 @@ class _FlowMix:
 
 
 @dataclass(frozen=True)
+class _CopyPairs:
+    """Copies of one tuple that meet again at a merge (a fork that re-merges), per unit of flow.
+
+    A tuple processed at x emits on each out-edge independently (Bernoulli for selectivity <= 1,
+    Poisson above); its descendants that reach a merge v through *different* in-edges arrive
+    correlated, which the superposition of independent streams (``_superpose``) misses: at
+    src -> a -> c plus src -> c the testbed's sojourn at c is ~30 % above the independent model's
+    at every load. Every such pair of copies has one last common ancestor tuple, at x, which sent
+    them down two different out-edges a != b (or as two tuples of one clump on edge a), so the
+    rate of ordered cross-edge pairs at v is, for Poisson sources and exactly in the branching
+    model, sum over x and {a, b} of ``visit_x * s_a s_b * sum_{i != j} m_a(e_i) m_b(e_j)`` with
+    ``m_a(e)`` the copies one tuple on a sends through in-edge e (``R = (I - S)^-1`` of the
+    selectivity matrix); E[B(B-1)] = s^2 for a Poisson clump, 0 for Bernoulli. Divided by v's
+    inflow it is the excess ``W`` of v's index of dispersion over the independent superposition
+    (the covariance term of the merged counts) and, for pairs arriving together, of the clump
+    factor m - 1 (a pair is a clump of two: E[B(B-1)]/E[B]).
+
+    Pairs do not arrive together: the branches' mean service times differ by ``delta`` (each
+    branch's copies weighted by the operators they pass). Each term is discounted as if that
+    difference were exponential: the queue sees ``W tau / (tau + delta)`` with tau = E[S]/(1-rho)
+    (correlation shorter than the queue's relaxation time still piles up), and the in-clump wait
+    ``W E[S] / (E[S] + delta)`` (the later copy waits for the earlier one's residual service).
+    Waits on the branches are not in ``delta``: they would make the latency at v rise when a
+    branch gains instances, which the planner's monotonicity rules out. Per instance the excess
+    is scaled by the instance's share of v's flow (copies are routed independently: round robin,
+    or keys drawn per edge). Arrays: one column per term.
+    """
+
+    target: np.ndarray
+    """The merge v of each term [K]."""
+    weight: np.ndarray
+    """W: ordered cross-edge pairs per tuple arriving at v [K]."""
+    delta: np.ndarray
+    """The branches' mean service-time difference, seconds [K] (base service times: a constant
+    of the model, so the terms at v depend on v's own parallelism only, as the planner's
+    per-operator evaluation needs)."""
+    merges: tuple[int, ...]
+    """The merges with at least one term, increasing."""
+
+    def excess(self, v: int, es: np.ndarray, rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(index-of-dispersion excess, clump-factor excess) of v's whole input at mean service
+        time ``es`` (s) and mean utilization ``rho`` [n] (0 where v has no term)."""
+        cols = np.flatnonzero(self.target == v)
+        if cols.size == 0:
+            return np.zeros_like(es), np.zeros_like(es)
+        es = es[:, None]
+        tau = es / (1.0 - np.clip(rho, 0.0, 1.0 - 1e-9))[:, None]
+        delta, weight = self.delta[cols], self.weight[cols]
+        return (weight * tau / (tau + delta)).sum(axis=1), (weight * es / (es + delta)).sum(axis=1)
+
+
+def _copy_pairs(compiled: "CompiledModel") -> _CopyPairs | None:
+    """``_CopyPairs`` of a model without broadcast edges (None when no copies re-merge)."""
+    V = len(compiled.names)
+    edges = [e for es in compiled.in_edges for e in es if e.selectivity > 0]
+    S = np.zeros((V, V))
+    for e in edges:
+        S[e.u, e.v] += e.selectivity
+    R = np.linalg.inv(np.eye(V) - S)  # R[x, y]: tuples at y per tuple processed at x
+    visit = compiled.source_share @ R
+    out: dict[int, list] = {}
+    for e in edges:
+        out.setdefault(e.u, []).append(e)
+    targets, weights, delays = [], [], []
+    for v in range(V):
+        ins = [e for e in compiled.in_edges[v] if e.selectivity > 0]
+        if len(ins) < 2 or visit[v] <= 0 or compiled.service_s[v] <= 0:
+            continue
+        us = np.array([e.u for e in ins])
+        sel = np.array([e.selectivity for e in ins])
+        reach = R[:, us] * sel  # [y, i]: copies through in-edge i per tuple processed at y
+        total = reach.sum(axis=1)  # copies reaching v per tuple at y
+        for x in range(V):
+            branches = out.get(x, [])
+            if visit[x] <= 0 or not branches:
+                continue
+            # m[a, i]: copies through in-edge i per tuple sent on out-edge a of x.
+            m = np.array([[float(a.v == v and a.u == e.u) for e in ins] for a in branches])
+            heads = np.array([a.v for a in branches])
+            m += np.where((heads != v)[:, None], reach[heads], 0.0)
+            m_tot = m.sum(axis=1)
+            live = np.flatnonzero(m_tot > 0)
+            if live.size == 0 or (live.size == 1 and branches[live[0]].selectivity <= 1):
+                continue
+            # Mean service-time coefficients of a branch's copies: each operator y passed on the
+            # way, weighted by the copies that reach v through it.
+            coef = np.zeros((len(branches), V))
+            for k in live:
+                h = heads[k]
+                if h != v:
+                    coef[k] = R[h] * total / m_tot[k]
+                    coef[k, v] = 0.0
+            for ia, ka in enumerate(live):
+                a = branches[ka]
+                for kb in live[ia:]:
+                    b = branches[kb]
+                    cross = m_tot[ka] * m_tot[kb] - float(m[ka] @ m[kb])
+                    if ka == kb:  # two tuples of one clump on a: E[B(B-1)] = s^2 (Poisson)
+                        if a.selectivity <= 1:
+                            continue
+                        pairs = a.selectivity**2 * cross
+                        d = np.zeros(V)
+                        d[heads[ka]] = 1.0 if heads[ka] != v else 0.0  # they queue one after the other
+                    else:
+                        pairs = a.selectivity * b.selectivity * 2.0 * cross
+                        d = coef[ka] - coef[kb]
+                    w = visit[x] * pairs / visit[v]
+                    if w > 1e-12:
+                        targets.append(v)
+                        weights.append(w)
+                        delays.append(d)
+    if not targets:
+        return None
+    return _CopyPairs(target=np.array(targets, dtype=np.int64), weight=np.array(weights),
+                      delta=np.abs(np.array(delays) @ compiled.service_s), merges=tuple(sorted(set(targets))))
+
+
+@dataclass(frozen=True)
 class CompiledModel:
     """A model prepared for fast evaluation (topological order, edge lists, key tables)."""
 
@@ -326,6 +448,10 @@ class CompiledModel:
     max_p: np.ndarray
     forward_groups: tuple[tuple[int, ...], ...] = field(default=())
     """Operators tied together by forward edges (must share one parallelism)."""
+    copies_correlated: bool = True
+    """Whether copies of one tuple that meet again at a merge are modelled as correlated arrivals
+    (``_CopyPairs``). Off only in the planner's relaxed bound model (it then stays a lower bound:
+    the correlation only adds latency)."""
     buffer_tuples: np.ndarray | None = None
     """Per operator, the input buffer (tuples waiting) of each instance that blocks its senders:
     the smallest ``buffer_tuples`` over its in-edges from operators with a service time; inf
@@ -376,6 +502,15 @@ class CompiledModel:
                         sf_noflow=[v for v in sorted(shuffle_in) if shuffle_in[v][0].size == 0])
 
     @cached_property
+    def copy_pairs(self) -> "_CopyPairs | None":
+        """The correlated copies that reach a merge (see ``_CopyPairs``); None when the model has
+        none, copies are treated as independent (``copies_correlated`` off) or a broadcast edge
+        makes the copy counts depend on the parallelism."""
+        if not self.copies_correlated or any(e.grouping == "broadcast" for es in self.in_edges for e in es):
+            return None
+        return _copy_pairs(self)
+
+    @cached_property
     def forward_sources(self) -> frozenset[int]:
         """Operators with a forward out-edge (their per-instance departures feed one instance)."""
         return frozenset(e.u for es in self.in_edges for e in es if e.grouping == "forward")
@@ -405,8 +540,11 @@ class CompiledModel:
         return np.array([[row[n] for n in self.names] for row in rows], dtype=np.int64)
 
 
-def compile_model(model: JobModel) -> CompiledModel:
-    """Prepare ``model`` for ``predict`` / ``predict_batch``. Raises ``ModelError`` without profiles."""
+def compile_model(model: JobModel, *, copies_correlated: bool = True) -> CompiledModel:
+    """Prepare ``model`` for ``predict`` / ``predict_batch``. Raises ``ModelError`` without profiles.
+
+    ``copies_correlated=False`` treats copies of one tuple that meet again at a merge as
+    independent arrivals (the model before issue 27's correction; the planner's relaxed bound)."""
     if not model.has_profiles():
         missing = [op.name for op in model.operators if not op.is_source and op.service_time_ms is None]
         raise ModelError("the model has no service time (calibrate it first)", file=model.source_file,
@@ -450,6 +588,7 @@ def compile_model(model: JobModel) -> CompiledModel:
         max_p=np.array([op.max_parallelism for op in specs]),
         forward_groups=groups,
         buffer_tuples=buffers if np.isfinite(buffers).any() else None,
+        copies_correlated=copies_correlated,
     )
 
 
@@ -1218,6 +1357,14 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     # The waits do not feed the dispersion recursion, so the loop collects every operator's
     # per-class arrays and one vectorized pass after it computes all waits and sojourn moments
     # (one call per operator cost more than the arithmetic on 50-operator DAGs).
+    # Copies of one tuple meeting again at a merge (``_CopyPairs``): the excess of each merge's
+    # index of dispersion and of its clump factor over the independent superposition.
+    pairs = compiled.copy_pairs
+    pair_disp: dict[int, np.ndarray] = {}
+    pair_clump: dict[int, np.ndarray] = {}
+    if pairs is not None:
+        for v in pairs.merges:
+            pair_disp[v], pair_clump[v] = pairs.excess(v, ES[:, v], processed[:, v] * ES[:, v] / Pf[:, v])
     stream_out = np.ones((n, V))  # dispersion of the operator's departure stream (before emission)
     inst_out: dict[int, np.ndarray] = {}  # per-instance departure dispersion (for forward edges)
     queued: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -1250,6 +1397,8 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
                 for u, w in zip(us[1:].tolist(), weights[1:].tolist()):
                     stream_in = stream_in + stream_out[:, u] * w
                 stream_in = stream_in + offset
+                if v in pair_disp:
+                    stream_in = stream_in + pair_disp[v]
                 if not all_live:  # rows without throughput: no stream
                     stream_in = np.where(live_rows, stream_in, 1.0)
                 stream_in_sf[:, j] = stream_in
@@ -1317,6 +1466,12 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             else:
                 ca2, clump = np.ones_like(cls.share), np.ones_like(cls.share)
             stream_in = np.where(stream_den > 0, stream_num / np.where(stream_den > 0, stream_den, 1.0), 1.0)
+            if v in pair_disp:
+                # Per instance, a pair lands together with the instance's share of the flow.
+                on = (stream_den > 0)[:, None] & (cls.share > 0)
+                ca2 = np.where(on, ca2 + pair_disp[v][:, None] * cls.share, ca2)
+                clump = np.where(on, clump + pair_clump[v][:, None] * cls.share, clump)
+                stream_in = np.where(stream_den > 0, stream_in + pair_disp[v], stream_in)
         if has_capacity[v]:
             cs2 = compiled.scv[v] if cs2_rows is None else cs2_rows[:, v:v + 1]
             queued.append((v, rho, ca2, clump, cls.share * cls.count))
@@ -1345,6 +1500,9 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             for frac, c in terms:
                 clump = clump + frac * np.maximum(1.0, c * inv_p[:, v])
             clump_sf[:, sf_pos[v]] = clump
+        for v, extra in pair_clump.items():
+            if v in sf_pos:
+                clump_sf[:, sf_pos[v]] += extra * inv_p[:, v]
         for v in mix.sf_noflow:
             ca2_sf[:, sf_pos[v]] = 1.0
         if not all_live:

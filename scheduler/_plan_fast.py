@@ -64,6 +64,9 @@ class FastMean:
             if scaling.form != "linear":
                 self.factor[v] = scaling.factor_at(np.arange(top + 1, dtype=float))
         self.es_table = c.service_s[:, None] * self.factor
+        # Copies of one tuple meeting again at a merge: their excess dispersion and clump at v
+        # depend on v's own parallelism only (``modeler.queueing._CopyPairs``).
+        self.pairs = c.copy_pairs
         self.even = [all(e.grouping == "shuffle" for e in c.in_edges[v]) for v in range(V)]
         self.in_terms = [[(e.u, e.selectivity, e.batch_var / e.selectivity,
                            e.selectivity + e.batch_var / e.selectivity if e.selectivity > 1 else 1.0,
@@ -184,7 +187,7 @@ class FastMean:
             frac = 1.0 / pf
             ca2 = (frac * c.arrival_scv[v] + 1.0 - frac)[:, None] * np.ones_like(share)
             clump = np.ones_like(share)
-            stream_in = np.full(n, c.arrival_scv[v])
+            stream_in = own = np.full(n, c.arrival_scv[v])
         else:
             parts = []
             num = np.zeros(n)
@@ -218,14 +221,20 @@ class FastMean:
                 ca2, clump = _superpose(parts)
             else:
                 ca2, clump = np.ones_like(share), np.ones_like(share)
-            stream_in = num / den if den > 0 else np.ones(n)
+            stream_in = own = num / den if den > 0 else np.ones(n)
+            if den > 0 and self.pairs is not None and v in self.pairs.merges and self.has_capacity[v]:
+                extra_d, extra_c = self.pairs.excess(v, es[:, 0], self.processed[v] * es[:, 0] / pf)
+                on = share > 0
+                ca2 = np.where(on, ca2 + extra_d[:, None] * share, ca2)
+                clump = np.where(on, clump + extra_c[:, None] * share, clump)
+                stream_in = stream_in + extra_d
         weight = share * count
         if self.has_capacity[v]:
             cs2 = c.scv[v]
             wq, _ = _waiting(rho, ca2, cs2, es, clump)
             soj = (weight * (wq + es)).sum(axis=1)
             if floor:
-                out = stream_in
+                out = own  # without v's copy pairs: they depend on p_v, the floor on nothing else
             else:
                 rho_op = (weight * rho).sum(axis=1)
                 out = np.maximum(stream_in, rho_op**2 * cs2 + (1.0 - rho_op**2) * stream_in)
@@ -248,13 +257,18 @@ class FastMean:
             clump_num = clump_num + rate_e * np.maximum(1.0, clump_e / pf)
             den += rate_e
         if den <= 0:
-            stream_in = np.ones(len(p))
+            stream_in = own = np.ones(len(p))
             ca2 = np.ones(len(p))
             clump = 1.0
         else:
             stream_in = num / den
-            ca2 = stream_in / pf
             clump = clump_num / den
+            own = stream_in  # the floor passes on the stream without v's copy pairs (they depend on p_v)
+            if self.pairs is not None and v in self.pairs.merges:
+                extra_d, extra_c = self.pairs.excess(v, self.service(v, p), self.processed[v] / pf * self.service(v, p))
+                stream_in = stream_in + extra_d
+                clump = clump + extra_c / pf
+            ca2 = stream_in / pf
         if not self.has_capacity[v]:
             return np.zeros(len(p)), stream_in
         es = self.service(v, p)
@@ -268,7 +282,7 @@ class FastMean:
             queue1 = np.where(rho > 0, g * r / (1.0 - r) * (ca2 + cs2) / 2.0 * es, 0.0)
         soj = queue1 + es * (clump - 1.0) / 2.0 + es
         if floor:
-            return soj, stream_in
+            return soj, own
         return soj, np.maximum(stream_in, rho**2 * cs2 + (1.0 - rho**2) * stream_in)
 
     def evaluate(self, P: np.ndarray, floor: bool = False) -> tuple[np.ndarray, np.ndarray]:

@@ -396,7 +396,7 @@ class _Problem:
 
     @cached_property
     def relaxed_compiled(self) -> CompiledModel:
-        relaxed = compile_model(_relaxed_model(self.c.model, self.var))
+        relaxed = compile_model(_relaxed_model(self.c.model, self.var), copies_correlated=False)
         assert relaxed.names == self.c.names
         return relaxed
 

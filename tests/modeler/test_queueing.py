@@ -530,9 +530,16 @@ def test_larger_buffers_never_raise_latency(model, load, extra):
     small, large, inf = (predict(m, None, rate) for m in (model, larger, unbounded))
     assert large.max_rate >= small.max_rate * (1 - 1e-12)
     assert inf.max_rate >= large.max_rate * (1 - 1e-12)
-    for stat in ("mean", "p95", "p99"):  # tails: the inversion is accurate to ~2e-7
-        assert large.latency_ms[stat] <= small.latency_ms[stat] * (1 + 1e-6), stat
-        assert inf.latency_ms[stat] <= large.latency_ms[stat] * (1 + 1e-6), stat
+    assert large.latency_ms["mean"] <= small.latency_ms["mean"] * (1 + 1e-9)
+    assert inf.latency_ms["mean"] <= large.latency_ms["mean"] * (1 + 1e-9)
+    # The tails may rise a little when a buffer grows: a blocked sender's departures are smoother
+    # (its effective service is longer and less variable relative to it), so an operator it also
+    # feeds waits less, and the path through it can carry the p99. Found by Hypothesis (stop 34,
+    # on the model before the copy-pairs term as well): src -> o1 -> {o2, o3 with buffer 0},
+    # the unbounded p99 2.0 % above the one at buffer 1 (45.46 vs 44.55 ms). Bounded at 3 %.
+    for stat in ("p95", "p99"):
+        assert large.latency_ms[stat] <= small.latency_ms[stat] * 1.03, stat
+        assert inf.latency_ms[stat] <= large.latency_ms[stat] * 1.03, stat
 
 
 # Ciw's queue capacities block after service like the engines (``ciw_network``). Two
@@ -583,3 +590,104 @@ def _check_blocking(case: str, check: str) -> None:
             sim_p95, sim_p99 = np.quantile(latencies, [0.95, 0.99])
             assert predicted.latency_ms["p95"] == pytest.approx(sim_p95, rel=0.15), rho
             assert predicted.latency_ms["p99"] == pytest.approx(sim_p99, rel=0.20), rho
+
+
+# ------------------------------------------------------- copies that meet again (fork re-merge)
+
+
+def _fork(p=1, grouping="shuffle", sa=0.5, sc=2.0, sel2=1.0):
+    """src -> a -> c and src -> c: every source tuple reaches c twice (via a, and directly)."""
+    return _model(
+        [{"name": "src", "role": "source"},
+         {"name": "a", "service_time_ms": sa},
+         {"name": "c", "parallelism": p, "service_time_ms": sc, "max_parallelism": 32}],
+        [{"from": "src", "to": "a"}, {"from": "a", "to": "c", "grouping": grouping},
+         {"from": "src", "to": "c", "grouping": grouping, "selectivity": sel2}],
+        network_delay_ms=0.05)
+
+
+def test_copy_pairs_weights_closed_form():
+    # Fork: one ordered pair each way per source tuple, c receives 2 per tuple: W = 2/2 = 1; the
+    # branches differ by a's service time.
+    pairs = compile_model(_fork()).copy_pairs
+    assert pairs.weight.tolist() == pytest.approx([1.0]) and pairs.delta.tolist() == pytest.approx([0.0005])
+    # Diamond: parse emits to enrich (Bernoulli 0.6) and filter (0.4, then 0.5 to merge):
+    # ordered pairs 2 x 0.6 x 0.4 x 0.5 per parse tuple over merge's 0.6 + 0.2 = 0.8.
+    diamond = compile_model(load_model(EXAMPLES / "diamond.yaml"))
+    assert diamond.copy_pairs.weight.tolist() == pytest.approx([0.24 / 0.8])
+    assert diamond.names[int(diamond.copy_pairs.target[0])] == "merge"
+    # Independent sources merging, a chain, and the model with copies taken as independent: none.
+    assert compile_model(load_model(EXAMPLES / "wordcount.yaml")).copy_pairs is None
+    assert compile_model(_fork(), copies_correlated=False).copy_pairs is None
+
+
+def _branching_pairs(model, merge, tuples, rng):
+    """Monte Carlo of the branching the model assumes (Bernoulli emission per out-edge for
+    selectivity <= 1, Poisson above, independent): ordered pairs of one source tuple's copies
+    reaching ``merge`` through different in-edges, per copy reaching it."""
+    order = list(nx.topological_sort(to_graph(model)))
+    count = {n: np.zeros(tuples) for n in order}
+    for s in model.sources:
+        count[s.name][:] = 1.0
+    via = {}
+    for n in order:
+        for e in (e for e in model.edges if e.source == n):
+            k = count[n].astype(np.int64)
+            sent = rng.binomial(k, e.selectivity) if e.selectivity <= 1 else rng.poisson(e.selectivity * k)
+            count[e.target] += sent
+            if e.target == merge:
+                via[e.source] = sent.astype(float)
+    per_edge = np.array(list(via.values()))
+    total = per_edge.sum(axis=0)
+    cross = (total**2 - (per_edge**2).sum(axis=0)).mean()
+    return cross / total.mean()
+
+
+@settings(max_examples=15, deadline=None)
+@given(model=random_dags(), seed=st.integers(0, 2**16))
+def test_copy_pairs_weight_is_the_branching_processs_pair_rate(model, seed):
+    """The weight per merge is the asymptotic covariance term of the merged counts: ordered
+    cross-edge pairs per arriving tuple, checked against a simulation of the branching."""
+    compiled = compile_model(model)
+    pairs = compiled.copy_pairs
+    rng = np.random.default_rng(seed)
+    merges = [n for n in model.operator_names if sum(e.target == n for e in model.edges) >= 2]
+    for name in merges:
+        v = compiled.index[name]
+        want = float(pairs.weight[pairs.target == v].sum()) if pairs is not None else 0.0
+        got = _branching_pairs(model, name, 40_000, rng)
+        assert got == pytest.approx(want, rel=0.1, abs=0.02), name
+
+
+@pytest.mark.parametrize("case", [dict(), dict(p=2), dict(p=2, grouping="key"), dict(sel2=0.5)])
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_fork_remerge_matches_the_testbed(case, rho):
+    """c's sojourn against the testbed (tuple-level, copies emitted together): within 10 % with
+    the copies correlated; the independent superposition is 18-33 % short on every case (the
+    stop-33 diagnosis of random-2's fan-ins), so the test can fail."""
+    from experiments.testbed.config import TestbedConfig
+    from experiments.testbed.sim import Testbed
+
+    model = _fork(**case)
+    per_unit = predict(model, None, 1.0).operators["c"].arrival_rate
+    rate = rho * predict(model, None, 1.0).operators["c"].parallelism / 0.002 / per_unit
+    bed = Testbed(model, rate, TestbedConfig(seed=1))
+    bed.run_until(400.0)
+    measured = bed.operator_stats()["c"]["mean_sojourn_ms"]
+    correlated = predict(model, None, rate).operators["c"].sojourn_ms
+    independent = predict(compile_model(model, copies_correlated=False), None, rate).operators["c"].sojourn_ms
+    assert correlated == pytest.approx(measured, rel=0.10)
+    assert independent < 0.85 * measured
+
+
+@settings(max_examples=60, deadline=None)
+@given(model=random_dags(), load=st.floats(0.05, 0.95))
+def test_correlated_copies_only_add_latency(model, load):
+    """The copy-pairs terms are non-negative, so the model with them is never below the one
+    without (what keeps the planner's relaxed bound model, which drops them, a lower bound)."""
+    rate = load * predict(model, None, 1.0).max_rate
+    with_pairs = predict(model, None, rate)
+    without = predict(compile_model(model, copies_correlated=False), None, rate)
+    for stat in ("mean", "p95", "p99"):
+        assert with_pairs.latency_ms[stat] >= without.latency_ms[stat] * (1 - 1e-6), stat
+    assert with_pairs.max_rate == without.max_rate
