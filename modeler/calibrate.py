@@ -77,7 +77,10 @@ class CalibrationConfig:
     folds: int = 5
     """K for the K-fold out-of-sample error of each parameter."""
     scv_utilization_range: tuple[float, float] = (0.5, 0.95)
-    """Utilizations at which queue lengths are informative about the service SCV."""
+    """Utilizations (fraction) of the windows that fit the service SCVs: where queueing, not the
+    in-flight time, makes most of the wait. From 0.3 (as before issue 27's calibration change)
+    the lighter windows pulled some SCVs up once the in-flight time was right (accuracy's
+    diamond: the bottleneck's 0.7 for 0.5; pipeline's score 1.8 for 1.0; from 0.5: 0.6, 1.2)."""
     in_flight_utilization_min: float = 0.1
     """Lowest utilization (fraction) of the windows that identify the queue gauge's in-flight
     time (with those of ``scv_utilization_range``). Lightly loaded windows are where it shows:
