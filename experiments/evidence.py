@@ -26,7 +26,8 @@ STATEMENTS: dict[str, dict[str, str]] = {
                   "the table).",
         "could bias it": "the testbed and the model share assumptions (per-instance FIFO queues, fixed per-hop "
                          "delay): agreement on the testbed is not agreement on an engine (flink-accuracy is); n per "
-                         "band is small (about 5), so the intervals are wide; the throughput at 1.3x the max rate is "
+                         "example and band is 10, so the intervals are wide, most at 0.95, where a 1 % error in the "
+                         "measured max rate moves the latency ~20 %; the throughput at 1.3x the max rate is "
                          "measured with each source back-pressured on its own, as an engine does, which the model "
                          "(all sources throttled in proportion) does not describe for several sources.",
     },
