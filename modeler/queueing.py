@@ -651,6 +651,27 @@ def _waiting(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray,
     return _waiting_parts(rho, ca2, cs2, es, clump)[:2]
 
 
+def _variability(r: np.ndarray, ca2: np.ndarray, cs2, clump) -> np.ndarray:
+    """Allen-Cunneen's variability factor ``(ca2 + cs2) / 2`` with Krämer/Langenbach-Belz's
+    correction ``g`` on its *renewal* part only, at utilization ``r`` (clipped to (0, 1)):
+    ``g(renewal) (renewal + cs2)/2 + k/2`` with ``k = min(m - 1, ca2)``, renewal = ca2 - k.
+    Arrivals in clumps of m on average (selectivity > 1, copies meeting again) carry m - 1 of
+    their index of dispersion as clumps, for which Allen-Cunneen alone is exact (M^X/G/1:
+    renewal 1, g 1); applying the high-variability factor to the whole shrank the wait by 6-25 %
+    at 0.35-0.85 load on WordCount's count, and the calibration raised the SCV to make up for it
+    (1.3 for 1.0), then over-predicted near saturation, where g -> 1. Without clumps (m = 1):
+    KLB as published. Non-decreasing in ca2 (both parts), which the planner's floor needs."""
+    k = np.minimum(np.maximum(clump - 1.0, 0.0), ca2)
+    renewal = ca2 - k
+    denom = np.maximum(renewal + cs2, 1e-12)
+    g = np.exp(np.where(
+        renewal < 1.0,
+        -2.0 * (1.0 - r) * (1.0 - renewal) ** 2 / (3.0 * r * denom),
+        -(1.0 - r) * (renewal - 1.0) / (renewal + 4.0 * cs2 + 1e-12),
+    ))
+    return g * (renewal + cs2) / 2.0 + k / 2.0
+
+
 def _waiting_parts(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.ndarray,
                    clump: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``_waiting``'s two moments and the conditional (positive) queue wait (meaningless where
@@ -658,13 +679,7 @@ def _waiting_parts(rho: np.ndarray, ca2: np.ndarray, cs2: np.ndarray, es: np.nda
     for every operator's instance classes side by side (``_sojourn_moments``)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r = np.clip(rho, 1e-12, 1.0 - 1e-12)
-        denom = np.maximum(ca2 + cs2, 1e-12)
-        g = np.exp(np.where(
-            ca2 < 1.0,
-            -2.0 * (1.0 - r) * (1.0 - ca2) ** 2 / (3.0 * r * denom),
-            -(1.0 - r) * (ca2 - 1.0) / (ca2 + 4.0 * cs2 + 1e-12),
-        ))
-        queue1 = np.where(rho > 0, g * r / (1.0 - r) * (ca2 + cs2) / 2.0 * es, 0.0)
+        queue1 = np.where(rho > 0, _variability(r, ca2, cs2, clump) * r / (1.0 - r) * es, 0.0)
         positive = queue1 / r
         queue2 = np.where(rho > 0, 2.0 * queue1**2 / r, 0.0)
     clump1 = es * (clump - 1.0) / 2.0

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modeler.queueing import CompiledModel, _superpose, _waiting
+from modeler.queueing import CompiledModel, _superpose, _variability, _waiting
 
 
 def supported(compiled: CompiledModel) -> bool:
@@ -288,10 +288,7 @@ class FastMean:
         rho = self.processed[v] / pf * es
         r = np.clip(rho, 1e-12, 1.0 - 1e-12)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            denom = np.maximum(ca2 + cs2, 1e-12)
-            g = np.exp(np.where(ca2 < 1.0, -2.0 * (1.0 - r) * (1.0 - ca2) ** 2 / (3.0 * r * denom),
-                                -(1.0 - r) * (ca2 - 1.0) / (ca2 + 4.0 * cs2 + 1e-12)))
-            queue1 = np.where(rho > 0, g * r / (1.0 - r) * (ca2 + cs2) / 2.0 * es, 0.0)
+            queue1 = np.where(rho > 0, _variability(r, ca2, cs2, clump) * r / (1.0 - r) * es, 0.0)
         soj = queue1 + es * (clump - 1.0) / 2.0 + es
         if floor:
             return soj, own
