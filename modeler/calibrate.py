@@ -8,7 +8,9 @@ What is fitted, and the rules:
 * **Service time** of one instance (ms per tuple) = busy time / processed tuples (DS2's "useful
   time"), per window. Only windows where the operator's mean instance was busy at least
   ``min_busy_fraction`` (default 10 %) count: at lower load busy time is dominated by per-window
-  overheads and timer granularity. Windows are weighted by tuples processed.
+  overheads and timer granularity. Windows are weighted by tuples processed. An operator too
+  light for its busy time to register in every window (``light_busy_fraction``: a sink whose
+  Flink busy time reads 0 ms in most windows) gets the pooled ratio over all its windows.
 * **Scaling with parallelism.** When windows cover at least two parallelisms, a robust linear
   regression (scikit-learn ``HuberRegressor``) of service time on ``p - 1`` is fitted; a positive
   slope that beats the constant model out of sample becomes ``scaling: {form: contention,
@@ -74,6 +76,14 @@ class CalibrationConfig:
     """Windows where the mean instance was busier than this (fraction of the window) measure service time."""
     min_windows: int = 3
     """Fewest usable windows per parameter; fewer is a CalibrationError."""
+    light_busy_fraction: float = 0.05
+    """An operator never busier than this (fraction of the window) whose busy time read exactly
+    zero in some windows with traffic is *light*: its per-tuple work is below the engine's timer
+    resolution (Flink accumulates busy time in whole ms, so a sink that hands tuples on reads
+    0 ms in most 4 s windows; the CI run of stop 34 failed on one). Its service time is then the
+    pooled ratio of all its busy time to all its tuples over the windows with traffic (the
+    rounding averages out), source ``light``, trust 0.5. 0 turns this off: such an operator is a
+    CalibrationError like any operator never loaded above ``min_busy_fraction``."""
     folds: int = 5
     """K for the K-fold out-of-sample error of each parameter."""
     scv_utilization_range: tuple[float, float] = (0.5, 0.95)
@@ -112,11 +122,12 @@ class ParameterFit:
     holdout_error: float
     """Median relative error on held-out windows (K-fold)."""
     source: str = "measured"
-    """measured | assumed | inferred."""
+    """measured | assumed | inferred | light (pooled over windows below the timer's resolution:
+    ``CalibrationConfig.light_busy_fraction``)."""
 
     @property
     def trust(self) -> float:
-        if self.source == "assumed":
+        if self.source in ("assumed", "light"):
             return 0.5
         return float(np.exp(-self.holdout_error / 0.1) * min(1.0, self.samples / 10.0))
 
@@ -302,6 +313,12 @@ def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig
     # or partial window is left out, never fitted).
     usable = rows[(busy >= cfg.min_busy_fraction) & np.isfinite(rate) & (rate > 0)
                   & np.isfinite(service_ms) & (service_ms > 0) & (rows["parallelism"].to_numpy(float) >= 1)]
+    light = _fit_light_service_time(rows, cfg) if len(usable) < cfg.min_windows else None
+    if light is not None:
+        latest = int(rows.sort_values("window_start")["parallelism"].iloc[-1])
+        seen = tuple(sorted({int(x) for x in rows["parallelism"].to_numpy(float) if np.isfinite(x) and x >= 1}))
+        return OperatorFit(service_time_ms=light, scaling=ScalingSpec(), parallelism=latest, parallelisms_seen=seen,
+                           service_scv=ParameterFit(1.0, 0, 0.0, float("nan"), source="assumed"))
     if len(usable) < cfg.min_windows:
         raise CalibrationError(
             f"never loaded above {cfg.min_busy_fraction:.0%} busy in enough windows "
@@ -327,6 +344,31 @@ def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig
     latest = int(rows.sort_values("window_start")["parallelism"].iloc[-1])
     return OperatorFit(service_time_ms=service_fit, service_scv=scv, scaling=scaling,
                        parallelism=latest, parallelisms_seen=seen)
+
+
+def _fit_light_service_time(rows: pd.DataFrame, cfg: CalibrationConfig) -> ParameterFit | None:
+    """The pooled service time of a light operator (``CalibrationConfig.light_busy_fraction``), or
+    None when the operator is not light: sum of busy instance-ms / sum of tuples over the windows
+    with traffic. Needs ``min_windows`` such windows, some busy time in them, and some window
+    whose busy time read zero (the timer's resolution, not a lack of load, is why too few
+    windows qualified)."""
+    busy = rows["busy_fraction_mean"].to_numpy(float)
+    rate = rows["processed_rate"].to_numpy(float)
+    p = rows["parallelism"].to_numpy(float)
+    traffic = np.isfinite(busy) & (busy >= 0) & np.isfinite(rate) & (rate > 0) & np.isfinite(p) & (p >= 1)
+    if cfg.light_busy_fraction <= 0 or traffic.sum() < cfg.min_windows:
+        return None
+    busy, rate, p = busy[traffic], rate[traffic], p[traffic]
+    if busy.max() >= cfg.light_busy_fraction or not (busy == 0).any() or busy.sum() <= 0:
+        return None
+    # busy fraction x instances x 1000 = busy instance-ms per second; over tuples per second
+    # (equal windows) = ms per tuple, the same quantity as the windows' service_time_ms.
+    # Windows of unequal length weigh by their length.
+    length = rows["window_s"].to_numpy(float)[traffic] if "window_s" in rows.columns else np.ones(len(busy))
+    length = np.where(np.isfinite(length) & (length > 0), length, 1.0)
+    busy_ms = busy * p * 1000.0
+    return ParameterFit(value=float((busy_ms * length).sum() / (rate * length).sum()), samples=int(traffic.sum()),
+                        spread=_spread(busy_ms / rate), holdout_error=float("nan"), source="light")
 
 
 def _slowdown_beyond_noise(service: np.ndarray, p: np.ndarray, weight: np.ndarray) -> bool:

@@ -33,7 +33,7 @@ What is modelled (``docs/design.md`` section 2), and the assumptions:
    independent streams), the covariance of the merged counts, as excess dispersion and as
    pairs arriving together, discounted by the branches' service-time difference
    (``_CopyPairs``; the testbed's sojourn at such a merge was 18-33 % above the independent
-   superposition, now within 2-12 %).
+   superposition, now -11 to +0.3 %).
    Sojourn = wait + service; per hop a network delay and, when the engine batches output buffers,
    the buffer wait ``min(timeout, fill time)/2``. End-to-end: the flow-weighted mixture over
    source->sink paths (computed by dynamic programming over the DAG, not by enumerating paths).
@@ -335,7 +335,7 @@ class _CopyPairs:
     difference were exponential, ``W E[S] / (E[S] + delta)`` with E[S] the merge's service time
     (the later copy finds the earlier one's residual service), in the dispersion and in the
     clump alike. Against the testbed (src -> a -> c plus src -> c, 0.2-0.9 load) c's sojourn is
-    then 2-12 % short; a factor growing with the merge's utilization (its queue's relaxation
+    then 11 % short to 0.3 % over; a factor growing with the merge's utilization (its queue's relaxation
     time E[S]/(1 - rho) in place of E[S]) was as close on most shapes, 16 % over on one, and took
     the planner's pruning bound with it (the per-operator floor must not depend on the load:
     200,000 evaluations for a mean SLO on the 50-operator bench DAG instead of ~200). Waits on
@@ -356,16 +356,25 @@ class _CopyPairs:
     merges: tuple[int, ...]
     """The merges with at least one term, increasing."""
 
-    def excess(self, v: int, es: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(index-of-dispersion excess, clump-factor excess) of v's whole input at mean service
-        time ``es`` (s) [n] (0 where v has no term; the same for both: see the class docstring)."""
+    def excess(self, v: int, es: np.ndarray) -> np.ndarray:
+        """The excess of v's index of dispersion over the independent superposition at mean
+        service time ``es`` (s) [n]; the clump factor's excess is the same number (see the class
+        docstring). 0 where v has no term."""
         cols = np.flatnonzero(self.target == v)
         if cols.size == 0:
-            return np.zeros_like(es), np.zeros_like(es)
+            return np.zeros_like(es)
         es = es[:, None]
-        delta, weight = self.delta[cols], self.weight[cols]
-        near = (weight * es / (es + delta)).sum(axis=1)
-        return near, near
+        return (self.weight[cols] * es / (es + self.delta[cols])).sum(axis=1)
+
+
+def add_copy_pairs(ca2: np.ndarray, clump: np.ndarray, excess: np.ndarray, share: np.ndarray,
+                   on: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ca2, clump) of instance classes [n, width] with a merge's copy-pair ``excess`` [n] added
+    where ``on``: per instance, a pair lands together with the instance's ``share`` of the flow
+    (copies are routed independently). Shared by ``predict_batch`` and the planner's
+    ``_plan_fast``."""
+    extra = excess[:, None] * share
+    return np.where(on, ca2 + extra, ca2), np.where(on, clump + extra, clump)
 
 
 def _copy_pairs(compiled: "CompiledModel") -> _CopyPairs | None:
@@ -1379,11 +1388,10 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     # Copies of one tuple meeting again at a merge (``_CopyPairs``): the excess of each merge's
     # index of dispersion and of its clump factor over the independent superposition.
     pairs = compiled.copy_pairs
-    pair_disp: dict[int, np.ndarray] = {}
-    pair_clump: dict[int, np.ndarray] = {}
+    pair_excess: dict[int, np.ndarray] = {}
     if pairs is not None:
         for v in pairs.merges:
-            pair_disp[v], pair_clump[v] = pairs.excess(v, ES[:, v])
+            pair_excess[v] = pairs.excess(v, ES[:, v])
     stream_out = np.ones((n, V))  # dispersion of the operator's departure stream (before emission)
     inst_out: dict[int, np.ndarray] = {}  # per-instance departure dispersion (for forward edges)
     queued: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -1416,8 +1424,8 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
                 for u, w in zip(us[1:].tolist(), weights[1:].tolist()):
                     stream_in = stream_in + stream_out[:, u] * w
                 stream_in = stream_in + offset
-                if v in pair_disp:
-                    stream_in = stream_in + pair_disp[v]
+                if v in pair_excess:
+                    stream_in = stream_in + pair_excess[v]
                 if not all_live:  # rows without throughput: no stream
                     stream_in = np.where(live_rows, stream_in, 1.0)
                 stream_in_sf[:, j] = stream_in
@@ -1485,12 +1493,10 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             else:
                 ca2, clump = np.ones_like(cls.share), np.ones_like(cls.share)
             stream_in = np.where(stream_den > 0, stream_num / np.where(stream_den > 0, stream_den, 1.0), 1.0)
-            if v in pair_disp:
-                # Per instance, a pair lands together with the instance's share of the flow.
+            if v in pair_excess:
                 on = (stream_den > 0)[:, None] & (cls.share > 0)
-                ca2 = np.where(on, ca2 + pair_disp[v][:, None] * cls.share, ca2)
-                clump = np.where(on, clump + pair_clump[v][:, None] * cls.share, clump)
-                stream_in = np.where(stream_den > 0, stream_in + pair_disp[v], stream_in)
+                ca2, clump = add_copy_pairs(ca2, clump, pair_excess[v], cls.share, on)
+                stream_in = np.where(stream_den > 0, stream_in + pair_excess[v], stream_in)
         if has_capacity[v]:
             cs2 = compiled.scv[v] if cs2_rows is None else cs2_rows[:, v:v + 1]
             queued.append((v, rho, ca2, clump, cls.share * cls.count))
@@ -1519,7 +1525,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             for frac, c in terms:
                 clump = clump + frac * np.maximum(1.0, c * inv_p[:, v])
             clump_sf[:, sf_pos[v]] = clump
-        for v, extra in pair_clump.items():
+        for v, extra in pair_excess.items():
             if v in sf_pos:
                 clump_sf[:, sf_pos[v]] += extra * inv_p[:, v]
         for v in mix.sf_noflow:

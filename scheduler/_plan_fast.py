@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modeler.queueing import CompiledModel, _superpose, _variability, _waiting
+from modeler.queueing import CompiledModel, _superpose, _variability, _waiting, add_copy_pairs
 
 
 def supported(compiled: CompiledModel) -> bool:
@@ -76,7 +76,7 @@ class FastMean:
             for v in self.pairs.merges:
                 p_all = np.arange(max(int(c.min_p[v]), 1), int(c.max_p[v]) + 1)
                 es_all = self.es_table[v][p_all]
-                extra, _ = self.pairs.excess(v, es_all)
+                extra = self.pairs.excess(v, es_all)
                 self.pair_floor[v] = float(extra.min())
         self.even = [all(e.grouping == "shuffle" for e in c.in_edges[v]) for v in range(V)]
         self.in_terms = [[(e.u, e.selectivity, e.batch_var / e.selectivity,
@@ -235,11 +235,9 @@ class FastMean:
             stream_in = num / den if den > 0 else np.ones(n)
             own = stream_in + self.pair_floor[v] if den > 0 else stream_in
             if den > 0 and self.pairs is not None and v in self.pairs.merges and self.has_capacity[v]:
-                extra_d, extra_c = self.pairs.excess(v, es[:, 0])
-                on = share > 0
-                ca2 = np.where(on, ca2 + extra_d[:, None] * share, ca2)
-                clump = np.where(on, clump + extra_c[:, None] * share, clump)
-                stream_in = stream_in + extra_d
+                excess = self.pairs.excess(v, es[:, 0])
+                ca2, clump = add_copy_pairs(ca2, clump, excess, share, share > 0)
+                stream_in = stream_in + excess
         weight = share * count
         if self.has_capacity[v]:
             cs2 = c.scv[v]
@@ -277,9 +275,9 @@ class FastMean:
             clump = clump_num / den
             own = stream_in + self.pair_floor[v]  # the floor's: v's pairs at their least (separable)
             if self.pairs is not None and v in self.pairs.merges:
-                extra_d, extra_c = self.pairs.excess(v, self.service(v, p))
-                stream_in = stream_in + extra_d
-                clump = clump + extra_c / pf
+                excess = self.pairs.excess(v, self.service(v, p))
+                stream_in = stream_in + excess
+                clump = clump + excess / pf
             ca2 = stream_in / pf
         if not self.has_capacity[v]:
             return np.zeros(len(p)), stream_in

@@ -357,3 +357,25 @@ def test_key_distribution_band_is_the_measured_noise():
         assert instance_shares(fitted, p).max() == pytest.approx(instance_shares(g, p).max(), rel=0.005)
     one_window = pd.DataFrame(rows[::3])
     assert _hot_share_noise(one_window, "count") == 0.005  # no scatter to judge by: the fixed band
+
+
+def test_an_operator_below_the_timers_resolution_gets_its_pooled_service_time():
+    # A sink that hands tuples on: busy time in whole ms, so most 10 s windows read 0 ms busy.
+    # (1000 tuples/s at 0.002 ms = 2 ms busy per second: 20 ms per window, rounded to the ms in
+    # the windows that register any.)
+    busy_ms = [0.0, 0.0, 60.0, 0.0, 0.0, 40.0]  # per 10 s window, one instance
+    rows = [{"parallelism": 1, "processed_rate": 1000.0, "busy_fraction_mean": b / 10_000.0,
+             "service_time_ms": b / 10_000.0 if b else 0.0} for b in busy_ms]
+    ops, edges = _chain_history(rows)
+    cal = Calibrator(CalibrationConfig(min_busy_fraction=0.0)).fit(ops, edges)
+    fit = cal.operators_["a"].service_time_ms
+    assert fit.source == "light" and fit.samples == 6 and fit.trust == 0.5
+    assert fit.value == pytest.approx(100.0 / 60_000.0)  # 100 busy ms over 60 s x 1000 tuples/s
+    assert cal.model_.operator("a").service_time_ms == pytest.approx(fit.value)
+    # Without the zero readings it is an under-loaded operator, refused as before; and 0 turns it off.
+    with pytest.raises(CalibrationError, match="'a'"):
+        Calibrator(CalibrationConfig(min_busy_fraction=0.0, light_busy_fraction=0.0)).fit(ops, edges)
+    # Busy time in every window, below min_busy_fraction: not light, just never loaded.
+    loaded = [dict(r, busy_fraction_mean=0.02, service_time_ms=0.02) for r in rows]
+    with pytest.raises(CalibrationError, match="'a'.*never loaded"):
+        Calibrator().fit(*_chain_history(loaded))
