@@ -669,13 +669,21 @@ class Guard:
 
     Every request is timed and counted (endpoint = the path when it is one of ``ENDPOINTS``,
     else ``other``); every path but ``/healthz`` needs the token; a body longer than the limit is
-    refused with 413 before the application sees any of it (the body is read here, then replayed)."""
+    refused with 413 before the application sees any of it (the body is read here, then replayed).
 
-    def __init__(self, app, token: str, max_body_bytes: int, metrics: Metrics) -> None:
+    ``fast``: path -> ``async (body bytes) -> answer bytes or None`` for POST endpoints answered
+    here, past FastAPI's routing and middleware (~0.4 ms of the event loop's ~1 ms per predict on
+    the 2-core benchmark machine, where predict's p99 goal is tight): a handler answers a valid
+    request with its 200 body, or None to let the application answer it (any request it does
+    not take: invalid, an unknown model, an error), so errors keep one implementation."""
+
+    def __init__(self, app, token: str, max_body_bytes: int, metrics: Metrics,
+                 fast: dict[str, Callable[[bytes], Any]] | None = None) -> None:
         self.app = app
         self.token = ("Bearer " + token).encode()
         self.max_body = max_body_bytes
         self.metrics = metrics
+        self.fast = fast or {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -731,6 +739,11 @@ class Guard:
                 if not message.get("more_body", False):
                     break
             whole = b"".join(chunks)
+            handler = self.fast.get(path) if scope.get("method") == "POST" else None
+            if handler is not None:
+                payload = await handler(whole)
+                if payload is not None:
+                    return await _respond_bytes(send, 200, payload)
             sent = [False]
 
             async def replay():
@@ -744,7 +757,10 @@ class Guard:
 
 
 async def _respond(send, status: int, payload: dict, headers: list | None = None) -> None:
-    body = _dumps(payload)
+    await _respond_bytes(send, status, _dumps(payload), headers)
+
+
+async def _respond_bytes(send, status: int, body: bytes, headers: list | None = None) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})
@@ -1015,7 +1031,19 @@ def create_app(config: ServeConfig, token: str, registry: ModelRegistry | None =
     if procs is not None:
         app.router.on_shutdown.append(procs.shutdown)
     app.state.processes = procs
-    return Guard(app, token, config.max_body_bytes, metrics)
+
+    async def fast_predict(raw: bytes) -> bytes | None:
+        """``/v1/predict`` for a valid request, validated as FastAPI would (``json.loads``, then
+        the model in Python mode) and computed by a worker process; None otherwise."""
+        try:
+            body = PredictIn.model_validate(json.loads(raw))
+            m = app.state.registry.get(body.model)
+            return await procs.run(_worker_predict, m, body.config, body.rate)
+        except Exception:  # invalid, unknown, an error, a bug: the application answers (and logs) it
+            return None
+
+    fast = {"/v1/predict": fast_predict} if procs is not None else None
+    return Guard(app, token, config.max_body_bytes, metrics, fast)
 
 
 # ----------------------------------------------------------------------------- running

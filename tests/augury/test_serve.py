@@ -174,6 +174,44 @@ def test_models_and_metrics(client):
     assert "augury_request_duration_seconds_bucket" in text and "augury_models_loaded 3" in text
 
 
+def test_the_guard_answers_what_its_fast_handler_takes_and_hands_the_rest_to_the_app():
+    # Guard's fast path (``/v1/predict`` with worker processes): a handler's bytes are the 200
+    # answer and the application never sees the request; None hands the same body to the app.
+    import asyncio
+
+    from augury.service import Guard, Metrics
+
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append((await receive())["body"])
+        await send({"type": "http.response.start", "status": 418, "headers": []})
+        await send({"type": "http.response.body", "body": b"app"})
+
+    async def handler(raw):
+        return b'{"fast":1}' if b"fast" in raw else None
+
+    def call(body):
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/predict",
+                 "headers": [(b"authorization", f"Bearer {TOKEN}".encode())]}
+        metrics = Metrics()
+        asyncio.run(Guard(app, TOKEN, 1000, metrics, {"/v1/predict": handler})(scope, receive, send))
+        return sent[0]["status"], sent[-1]["body"], metrics.text(0, 0)
+
+    status, body, text = call(b'{"fast": true}')
+    assert (status, body, seen) == (200, b'{"fast":1}', [])
+    assert 'augury_requests_total{endpoint="/v1/predict",method="POST",status="200"} 1' in text
+    assert call(b'{"slow": true}')[:2] == (418, b"app") and seen == [b'{"slow": true}']
+
+
 def test_a_bad_model_file_is_rejected_and_the_good_ones_keep_serving(tmp_path):
     for name in ("wordcount", "diamond"):
         shutil.copy(EXAMPLES / f"{name}.yaml", tmp_path / f"{name}.yaml")
