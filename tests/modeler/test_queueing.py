@@ -378,6 +378,29 @@ def mixed_dags(draw):
         reject()
 
 
+def test_a_point_mass_latency_has_its_mean_as_every_quantile_in_either_block(monkeypatch):
+    # Hypothesis's find in CI (2026-11-29): deterministic services at ~1 % load give a point mass
+    # at 2.5 ms; its variance came out 0 in the matrix block and 8e-22 s^2 (rounding) row by
+    # row, where the transform's inversion then oscillated to a "p99" of 4.1 ms.
+    from modeler import queueing
+
+    model = parse_model({
+        "augury": 1, "job": "t", "network_delay_ms": 0.0, "buffer_timeout_ms": 1.0, "buffer_records": 8,
+        "operators": [{"name": "src", "role": "source", "parallelism": 1},
+                      {"name": "o1", "parallelism": 7, "service_time_ms": 1.0, "service_scv": 0.0},
+                      {"name": "o2", "parallelism": 7, "service_time_ms": 0.5, "service_scv": 0.0}],
+        "edges": [{"from": "src", "to": "o1", "grouping": "shuffle", "selectivity": 0.5},
+                  {"from": "o1", "to": "o2", "grouping": "shuffle", "selectivity": 0.5}]}, "<point mass>")
+    compiled = compile_model(model)
+    P = compiled.config_array([{}])
+    for work in (10**9, 0):
+        monkeypatch.setattr(queueing, "_MATRIX_WORK", work)
+        b = predict_batch(compiled, P, 201.51345183278613)
+        assert b.latency_mean_ms[0] == pytest.approx(2.5)
+        for stat in ("p95", "p99"):
+            assert b.latency(stat)[0] == pytest.approx(b.latency_mean_ms[0], rel=1e-6)
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(model=mixed_dags(), seed=st.integers(0, 2**16))
 def test_end_to_end_dp_as_matrices_equals_row_by_row(model, seed, monkeypatch):
