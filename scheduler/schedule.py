@@ -48,6 +48,8 @@ How the timeline is built (``docs/scheduler.md`` has the same with examples):
    when the next change goes back to the same configuration, what that change costs. Otherwise
    the larger configuration stays through the segment (it meets the segment's targets: it was
    planned for a higher level), which also saves a change of the daily budget.
+   With ``price_running`` the running configuration is priced the same way: it is kept through
+   the first segment only while scaling it down now, to that segment's plan, does not pay.
 7. **Restart-aware issue times** (``restart_s`` > 0 and ``shift_s`` > 0). A change's restart
    costs less where the forecast load is lower (the backlog drains at ``mu - lam``): a scale-up
    may be issued up to ``shift_s`` earlier than its lead time, a scale-down up to ``shift_s``
@@ -103,6 +105,11 @@ class ScheduleConfig:
     violation_s_per_instance_hour: float = 60.0
     """The exchange rate of step 6: seconds of SLO violation one instance-hour saved is worth
     (60: a minute of violation for an instance-hour)."""
+    price_running: bool = False
+    """Step 6 also for the change at now (with ``restart_s`` > 0): the running configuration is
+    kept through the first segment only while scaling it down to that segment's plan does not
+    pay (``_keep_pays``); False = kept whenever it covers the first segment (the default: see
+    ``scheduler.deciders.PreemptiveConfig.price_running`` for what it was measured to do)."""
     shift_s: float = 0.0
     """Step 7 (with ``restart_s`` > 0): a scale-up may be issued up to this many seconds earlier
     than its lead time, a scale-down up to this many seconds later than its segment start
@@ -360,8 +367,12 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
                 best, best_cost = c, extra
         (s1, _, l1), (_, e2, l2) = seg[best], seg[best + 1]
         seg[best: best + 2] = [(s1, e2, max(l1, l2))]
-    # The configuration of each segment: the running one for the first when it covers it.
+    # The configuration of each segment: the running one for the first when it covers it (and,
+    # with priced changes, when scaling down to the plan for the first segment does not pay).
     keep = current_covers(seg[0][2])
+    priced_now = None
+    if keep and config.restart_s > 0 and config.price_running:
+        keep, priced_now = _keep_pays(compiled, seg, plan_for, current_config, current_load, t_s, lead_s, config)
 
     def config_of(n: int, lv: float) -> dict[str, int]:
         return dict(current_config) if (n == 0 and keep) else dict(plan_for(lv).config)
@@ -439,6 +450,8 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
                                                   if not compiled.model.operator(k).is_source),
                                     level=lv, direction=direction, late=late, reason=why))
     reasons.extend(priced)
+    if priced_now:
+        reasons.append(priced_now)
     fixed = [now + pd.Timedelta(seconds=float(x)) for x in recent]
     over = max_per_day(fixed + [r.issue_at for r in recs if r.direction != "keep"])
     if over > K:
@@ -468,6 +481,41 @@ def restart_violation_s(restart_s: float, capacity: float, load: float, backlog_
     if capacity <= load:
         return math.inf
     return restart_s * capacity / (capacity - load)
+
+
+def _keep_pays(compiled: CompiledModel, seg: list, plan_for, current: Mapping[str, int], load: float,
+               t_s: np.ndarray, lead_s: float, config: ScheduleConfig) -> tuple[bool, str | None]:
+    """Step 6 for the change at now: (keep the running configuration, why not). The running
+    configuration covers the first segment, but when the plan for that segment's level has
+    fewer instances, scaling down now saves ``instances x hours`` from now + lead time to the
+    segment's end, worth ``violation_s_per_instance_hour`` each, against the restart at the
+    load now (``restart_violation_s`` on the smaller configuration) plus, when the next
+    segment's plan is the running configuration again, that change's restart too (at the next
+    level). Kept unless the saving is larger. Without this, a configuration sized for a peak
+    stayed until the first segment ended, however long the load stayed far below it."""
+    variable = [n for n in compiled.names if not compiled.model.operator(n).is_source]
+    smaller = plan_for(seg[0][2])
+    if not smaller.feasible:
+        return True, None
+    small_cfg = dict(smaller.config)
+    saved = sum(int(current[n]) for n in variable) - sum(int(small_cfg[n]) for n in variable)
+    end_s = float(t_s[seg[0][1] - 1]) if seg[0][1] - 1 < len(t_s) else float(t_s[-1])
+    hours = max(end_s - lead_s, 0.0) / 3600.0
+    if saved <= 0 or hours <= 0:
+        return True, None
+    cap_small = predict(compiled, small_cfg, 1.0).max_rate
+    cost = restart_violation_s(config.restart_s, cap_small, load, config.backlog_slo_s)
+    if len(seg) > 1:
+        nxt = plan_for(seg[1][2])
+        if dict(nxt.config) == dict(current):
+            cap_back = predict(compiled, dict(current), 1.0).max_rate
+            cost += restart_violation_s(config.restart_s, cap_back, seg[1][2], config.backlog_slo_s)
+    worth = saved * hours * config.violation_s_per_instance_hour
+    if worth <= cost:
+        return True, None
+    return False, (f"scale-down now priced: {saved} instance(s) fewer for {hours:.1f} h are worth "
+                   f"{worth:,.0f} s of violation at {config.violation_s_per_instance_hour:g} s per "
+                   f"instance-hour, more than the {cost:,.0f} s its restart(s) cost")
 
 
 def _price_scale_downs(compiled: CompiledModel, seg: list, cfgs: list, values: np.ndarray, idx: pd.DatetimeIndex,

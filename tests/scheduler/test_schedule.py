@@ -299,3 +299,28 @@ def test_restart_aware_issue_times_move_a_scale_up_before_a_rising_load():
                     if r.direction == "up")
     assert up_default.issue_at == IDX[20] - pd.Timedelta(minutes=10)
     assert up_shift.issue_at < IDX[16] and "earlier than" in up_shift.reason
+
+
+def test_price_running_scales_an_oversized_running_configuration_down_when_it_pays():
+    # The HIGH configuration runs; the forecast is LOW for the whole horizon. Without
+    # price_running it is kept (it covers the first segment); with it the scale-down to LOW's
+    # plan is issued now when the instance-hours saved (priced) beat the restart at the load now.
+    from scheduler.schedule import restart_violation_s
+
+    high, low = dict(plan(MODEL, HIGH).config), dict(plan(MODEL, LOW).config)
+    flat = pd.Series(np.full(len(IDX), LOW), index=IDX)
+    base = dict(stabilization_s=0, rate_resolution=0, lookahead_s=0, lead_time_s=600, restart_s=30.0)
+    kept = schedule(MODEL, flat, LOW, ScheduleConfig(**base), current_config=high)
+    assert [r.direction for r in kept.reconfigurations] == ["keep"]
+    priced = schedule(MODEL, flat, LOW, ScheduleConfig(**base, price_running=True), current_config=high)
+    first = priced.reconfigurations[0]
+    assert first.direction == "initial" and dict(first.config) == low and first.issue_at == priced.now
+    assert any("scale-down now priced" in r for r in priced.reasons)
+    # the same at a price below break-even: the restart costs more than the hours saved are worth
+    saved_ih = (plan(MODEL, HIGH).instances - plan(MODEL, LOW).instances) * (
+        (IDX[-1] - priced.now).total_seconds() - 600) / 3600.0
+    cost = restart_violation_s(30.0, predict(MODEL, low, 1.0).max_rate, LOW)
+    cheap = schedule(MODEL, flat, LOW, ScheduleConfig(**base, price_running=True,
+                                                      violation_s_per_instance_hour=0.5 * cost / saved_ih),
+                     current_config=high)
+    assert [r.direction for r in cheap.reconfigurations] == ["keep"]
