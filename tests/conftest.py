@@ -10,6 +10,16 @@ import pytest
 from experiments import bundled
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Hypothesis: random examples on a developer's machine (new ones every run: that is how the
+# point-mass p99 of test_end_to_end_dp_as_matrices_equals_row_by_row was found), the same ones
+# on every CI run (``.ci/run`` sets HYPOTHESIS_PROFILE=ci): a property failing there fails every
+# time, reproducibly, and a green commit stays green. (Two of the three CI failures of
+# 2026-11-29 were examples or timings no earlier run had drawn.)
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("ci", derandomize=True)
+_hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 EXAMPLES = bundled.examples_dir()
 """The bundled example model files and run configurations (the repository's examples/)."""
 TRACES = bundled.traces_dir()
