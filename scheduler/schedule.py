@@ -490,8 +490,8 @@ def _keep_pays(compiled: CompiledModel, seg: list, plan_for, current: Mapping[st
     fewer instances, scaling down now saves ``instances x hours`` from now + lead time to the
     segment's end, worth ``violation_s_per_instance_hour`` each, against the restart at the
     load now (``restart_violation_s`` on the smaller configuration) plus, when the next
-    segment's plan is the running configuration again, that change's restart too (at the next
-    level). Kept unless the saving is larger. Without this, a configuration sized for a peak
+    segment needs more than the smaller configuration but no more than the running one (kept,
+    it would need no change there), the scale-up's restart too (at the next level). Kept unless the saving is larger. Without this, a configuration sized for a peak
     stayed until the first segment ended, however long the load stayed far below it."""
     variable = [n for n in compiled.names if not compiled.model.operator(n).is_source]
     smaller = plan_for(seg[0][2])
@@ -506,9 +506,12 @@ def _keep_pays(compiled: CompiledModel, seg: list, plan_for, current: Mapping[st
     cap_small = predict(compiled, small_cfg, 1.0).max_rate
     cost = restart_violation_s(config.restart_s, cap_small, load, config.backlog_slo_s)
     if len(seg) > 1:
+        # a next segment that needs more than the smaller configuration but no more than the
+        # running one: kept, it would need no change there; scaled down, a scale-up back
         nxt = plan_for(seg[1][2])
-        if dict(nxt.config) == dict(current):
-            cap_back = predict(compiled, dict(current), 1.0).max_rate
+        n_next = sum(int(nxt.config[n]) for n in variable)
+        if sum(int(small_cfg[n]) for n in variable) < n_next <= sum(int(current[n]) for n in variable):
+            cap_back = predict(compiled, dict(nxt.config), 1.0).max_rate
             cost += restart_violation_s(config.restart_s, cap_back, seg[1][2], config.backlog_slo_s)
     worth = saved * hours * config.violation_s_per_instance_hour
     if worth <= cost:

@@ -324,3 +324,29 @@ def test_price_running_scales_an_oversized_running_configuration_down_when_it_pa
                                                       violation_s_per_instance_hour=0.5 * cost / saved_ih),
                      current_config=high)
     assert [r.direction for r in cheap.reconfigurations] == ["keep"]
+
+
+def test_price_running_counts_the_way_back_up():
+    # LOW for 4 steps (2 h), then HIGH: scaling down now needs a scale-up back at step 4 that
+    # keeping the HIGH configuration would not. At a price that pays for the scale-down's restart
+    # alone but not for both, the running configuration is kept.
+    from scheduler.schedule import restart_violation_s
+
+    high, low = dict(plan(MODEL, HIGH).config), dict(plan(MODEL, LOW).config)
+    values = np.full(len(IDX), HIGH)
+    values[:4] = LOW
+    dip = pd.Series(values, index=IDX)
+    base = dict(stabilization_s=0, rate_resolution=0, lookahead_s=0, lead_time_s=600, restart_s=30.0,
+                price_running=True)
+    probe = schedule(MODEL, dip, LOW, ScheduleConfig(**base), current_config=high)
+    hours = ((IDX[3] - probe.now).total_seconds() - 600) / 3600.0
+    saved_ih = (plan(MODEL, HIGH).instances - plan(MODEL, LOW).instances) * hours
+    down = restart_violation_s(30.0, predict(MODEL, low, 1.0).max_rate, LOW)
+    back = restart_violation_s(30.0, predict(MODEL, high, 1.0).max_rate, HIGH)
+    between = (down + 0.5 * back) / saved_ih  # pays for one restart, not for two
+    kept = schedule(MODEL, dip, LOW, ScheduleConfig(**base, violation_s_per_instance_hour=between),
+                    current_config=high)
+    assert kept.reconfigurations[0].direction == "keep"
+    taken = schedule(MODEL, dip, LOW, ScheduleConfig(**base, violation_s_per_instance_hour=1.5 * (down + back) / saved_ih),
+                     current_config=high)
+    assert taken.reconfigurations[0].direction == "initial" and dict(taken.reconfigurations[0].config) == low
