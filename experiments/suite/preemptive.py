@@ -321,9 +321,10 @@ class Case:
     keep_timelines: bool
 
 
-def run_case(case: Case) -> tuple[list[dict], list[dict], dict]:
+def run_case(case: Case) -> tuple[list[dict], list[dict], dict, list[dict]]:
     """Replay ``case`` (in a worker process or this one): its rows (one per policy), its per-day
-    rows, and, when asked, the timelines for the figures by policy."""
+    rows, when asked the timelines for the figures by policy, and every policy's applied
+    changes (``changes_of``)."""
     from experiments.tracereplay import summary
     from modeler.modelfile import load_model
 
@@ -337,8 +338,10 @@ def run_case(case: Case) -> tuple[list[dict], list[dict], dict]:
     # the same load for every policy; each day's bound searched once, the replay's is their sum
     daily_bounds = {day: hindsight(truth, part, params) for day, part in timeline.groupby(_day(timeline))}
     bounds = {key: sum(b[key] for b in daily_bounds.values()) for key in next(iter(daily_bounds.values()))}
-    rows, days_rows, timelines = [], [], {}
+    rows, days_rows, timelines, changes = [], [], {}, []
     for tr, r, c in done:
+        changes += [{"dag": case.dag, "trace": tr, "seed": case.seed, "policy": r.policy, **x}
+                    for x in changes_of(r.timeline)]
         rows.append({"dag": case.dag, **_row(tr, case.seed, r, c, case.days, summary), **bounds,
                      "instance_hours_over_hindsight": r.instance_hours / bounds["hindsight_instance_hours"]})
         tl = r.timeline
@@ -351,7 +354,32 @@ def run_case(case: Case) -> tuple[list[dict], list[dict], dict]:
                               "hindsight_instance_hours": b, "instance_hours_over_hindsight": ih / b if b else math.nan})
         if case.keep_timelines:
             timelines[(case.dag, tr, r.policy)] = r.timeline
-    return rows, days_rows, timelines
+    return rows, days_rows, timelines, changes
+
+
+def changes_of(timeline: pd.DataFrame) -> list[dict]:
+    """One row per applied reconfiguration of a replay's timeline: when (trace hours), which way,
+    instances before and after, the input rate then, the new configuration's max rate, the load
+    over it (rho: the restart's backlog drains at mu - lam, so a change near rho 1 is dear) and
+    the violation seconds the restart was charged (its windows until the next settled one)."""
+    out = []
+    n = len(timeline)
+    for i in (int(k) for k in timeline.index[timeline["applied"].to_numpy(bool)]):
+        pos = timeline.index.get_loc(i)
+        row = timeline.iloc[pos]
+        after = timeline.iloc[pos + 1] if pos + 1 < n else row
+        charged, j = 0.0, pos + 1
+        while j < n and not bool(timeline.iloc[j]["settled"]):
+            charged += float(timeline.iloc[j]["violated_s"])
+            j += 1
+        mu, lam = float(after["capacity"]), float(row["arrival_rate"])
+        out.append({"t_h": float(row["t_s"]) / 3600.0,
+                    "direction": "up" if after["instances"] > row["instances"] else
+                    "down" if after["instances"] < row["instances"] else "same",
+                    "instances_before": int(row["instances"]), "instances_after": int(after["instances"]),
+                    "load": lam, "new_max_rate": mu, "rho_at_change": lam / mu if mu > 0 else math.nan,
+                    "charged_s": charged})
+    return out
 
 
 def _day(timeline: pd.DataFrame) -> pd.Series:
@@ -393,17 +421,19 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                                   learned_file=str(learned_file), repo=str(ctx.repo), traces_dir=str(ctx.traces_dir),
                                   params=params, policies=_policies(dag, dags),
                                   keep_timelines=seed == seeds[0]))
-    rows, days_rows, timelines = [], [], {}
+    rows, days_rows, timelines, changes = [], [], {}, []
     steps = ctx.steps(len(cases), "preemptive replays")
-    for k, (case_rows, case_days, case_timelines) in enumerate(_map_cases(cases, params.workers), 1):
+    for k, (case_rows, case_days, case_timelines, case_changes) in enumerate(_map_cases(cases, params.workers), 1):
         rows += case_rows
         days_rows += case_days
         timelines.update(case_timelines)
+        changes += case_changes
         steps.done(f"replayed {case_rows[0]['dag']}, seed {case_rows[0]['seed']}, "
                    f"{case_rows[0]['trace']}: {len(case_rows)} policies x {days:g} day(s)")
     steps.close()
     table = pd.DataFrame(rows)
-    return _result(ctx, params, table, pd.DataFrame(days_rows), timelines, traces, seeds, days, calibration)
+    return _result(ctx, params, table, pd.DataFrame(days_rows), timelines, traces, seeds, days, calibration,
+                   changes=pd.DataFrame(changes))
 
 
 def _policies(dag: str, dags: tuple[str, ...]) -> tuple[str, ...]:
@@ -500,7 +530,7 @@ def goals(per_trace: pd.DataFrame) -> pd.DataFrame:
 
 
 def _result(ctx, params: Params, table: pd.DataFrame, days_table: pd.DataFrame, timelines, traces, seeds,
-            days: float, calibration):
+            days: float, calibration, changes: pd.DataFrame | None = None):
     main = table[table["dag"] == DAGS[0]]
     totals = main.groupby("policy", sort=False)[["violation_minutes", "restart_violation_minutes",
                                                  "load_violation_minutes", "instance_hours",
@@ -582,7 +612,8 @@ def _result(ctx, params: Params, table: pd.DataFrame, days_table: pd.DataFrame, 
         params={"traces": ",".join(traces), "policies": ",".join(POLICIES), **params.__dict__, "days": days,
                 "seeds": ",".join(map(str, seeds)), "dags": ",".join(dict.fromkeys(table["dag"]))},
         metrics=metrics, tables={"runs": table, "totals": totals, "days": days_table, "by_trace": per_trace,
-                                 "goals": goal_table},
+                                 "goals": goal_table,
+                                 **({"changes": changes} if changes is not None and len(changes) else {})},
         figures=figures, summary="\n".join(lines))
 
 

@@ -28,6 +28,10 @@ def test_quick_preemptive_through_the_harness(tmp_path, monkeypatch, traces_dir)
     assert runs.loc["augury", "reconfigurations"] <= 6
     m = run.result.metrics
     assert m["augury.instance_hours"] == pytest.approx(runs.loc["augury", "instance_hours"])
+    # every applied change is in the changes table, per policy
+    changes = run.result.tables["changes"]
+    made = runs["reconfigurations"][runs["reconfigurations"] > 0]
+    assert changes.groupby("policy").size().to_dict() == {p: int(n) for p, n in made.items()}
     assert all(p.is_file() for p in run.result.figures.values()) and run.mlflow_run_id
 
 
@@ -50,3 +54,26 @@ def test_a_user_trace_replays_its_last_days_after_its_history(tmp_path):
     assert info.value.field == "--trace"
     check_inputs(preemptive, seeds=(0, 1, 2), traces=(path,))  # it takes both
     assert preemptive.replay_seed(0, "nyc_taxi") == 1 and preemptive.replay_seed(2, "mine") >= 203
+
+
+def test_changes_of_a_timeline_names_each_change_and_its_charge():
+    import pandas as pd
+
+    from experiments.suite.preemptive import changes_of
+
+    # windows of 240 s: a scale-up applied in window 1 (its restart's windows 2-3 charged 240 + 60 s),
+    # a scale-down in window 4 (charged 30 s in window 5)
+    tl = pd.DataFrame({
+        "t_s": [240.0 * k for k in range(1, 8)],
+        "instances": [2, 2, 4, 4, 4, 3, 3],
+        "capacity": [1000.0, 1000.0, 2000.0, 2000.0, 2000.0, 1500.0, 1500.0],
+        "arrival_rate": [500.0, 900.0, 950.0, 600.0, 300.0, 300.0, 300.0],
+        "applied": [False, True, False, False, True, False, False],
+        "settled": [True, True, False, False, True, False, True],
+        "violated_s": [0.0, 0.0, 240.0, 60.0, 0.0, 30.0, 0.0]})
+    up, down = changes_of(tl)
+    assert (up["direction"], up["instances_before"], up["instances_after"]) == ("up", 2, 4)
+    assert up["t_h"] == pytest.approx(480.0 / 3600.0) and up["charged_s"] == pytest.approx(300.0)
+    assert up["rho_at_change"] == pytest.approx(900.0 / 2000.0) and up["new_max_rate"] == 2000.0
+    assert (down["direction"], down["instances_after"], down["charged_s"]) == ("down", 3, 30.0)
+    assert down["rho_at_change"] == pytest.approx(300.0 / 1500.0)
