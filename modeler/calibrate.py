@@ -313,12 +313,13 @@ def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig
     # or partial window is left out, never fitted).
     usable = rows[(busy >= cfg.min_busy_fraction) & np.isfinite(rate) & (rate > 0)
                   & np.isfinite(service_ms) & (service_ms > 0) & (rows["parallelism"].to_numpy(float) >= 1)]
+    scv = ParameterFit(1.0, 0, 0.0, float("nan"), source="assumed")  # refined by _fit_scv_through_model
+    latest = int(rows.sort_values("window_start")["parallelism"].iloc[-1])
     light = _fit_light_service_time(rows, cfg) if len(usable) < cfg.min_windows else None
     if light is not None:
-        latest = int(rows.sort_values("window_start")["parallelism"].iloc[-1])
         seen = tuple(sorted({int(x) for x in rows["parallelism"].to_numpy(float) if np.isfinite(x) and x >= 1}))
-        return OperatorFit(service_time_ms=light, scaling=ScalingSpec(), parallelism=latest, parallelisms_seen=seen,
-                           service_scv=ParameterFit(1.0, 0, 0.0, float("nan"), source="assumed"))
+        return OperatorFit(service_time_ms=light, service_scv=scv, scaling=ScalingSpec(), parallelism=latest,
+                           parallelisms_seen=seen)
     if len(usable) < cfg.min_windows:
         raise CalibrationError(
             f"never loaded above {cfg.min_busy_fraction:.0%} busy in enough windows "
@@ -340,8 +341,6 @@ def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig
             overhead, service_fit = contention
             scaling = ScalingSpec(form="contention", overhead=overhead)
 
-    scv = ParameterFit(1.0, 0, 0.0, float("nan"), source="assumed")  # refined by _fit_scv_through_model
-    latest = int(rows.sort_values("window_start")["parallelism"].iloc[-1])
     return OperatorFit(service_time_ms=service_fit, service_scv=scv, scaling=scaling,
                        parallelism=latest, parallelisms_seen=seen)
 

@@ -335,8 +335,8 @@ class _CopyPairs:
     difference were exponential, ``W E[S] / (E[S] + delta)`` with E[S] the merge's service time
     (the later copy finds the earlier one's residual service), in the dispersion and in the
     clump alike. Against the testbed (src -> a -> c plus src -> c, 0.2-0.9 load) c's sojourn is
-    then 11 % short to 0.3 % over; a factor growing with the merge's utilization (its queue's relaxation
-    time E[S]/(1 - rho) in place of E[S]) was as close on most shapes, 16 % over on one, and took
+    then 11 % short to 0.3 % over; a factor growing with the merge's utilization (its queue's
+    relaxation time E[S]/(1 - rho) in place of E[S]) was as close on most shapes, 16 % over on one, and took
     the planner's pruning bound with it (the per-operator floor must not depend on the load:
     200,000 evaluations for a mean SLO on the 50-operator bench DAG instead of ~200). Waits on
     the branches are not in ``delta`` either: they would make the latency at v rise when a

@@ -491,28 +491,31 @@ def _keep_pays(compiled: CompiledModel, seg: list, plan_for, current: Mapping[st
     segment's end, worth ``violation_s_per_instance_hour`` each, against the restart at the
     load now (``restart_violation_s`` on the smaller configuration) plus, when the next
     segment needs more than the smaller configuration but no more than the running one (kept,
-    it would need no change there), the scale-up's restart too (at the next level). Kept unless the saving is larger. Without this, a configuration sized for a peak
-    stayed until the first segment ended, however long the load stayed far below it."""
+    it would need no change there), the scale-up's restart too (at the next level). Kept unless
+    the saving is larger. Without this, a configuration sized for a peak stayed until the first
+    segment ended, however long the load stayed far below it."""
     variable = [n for n in compiled.names if not compiled.model.operator(n).is_source]
+
+    def instances(c: Mapping[str, int]) -> int:
+        return sum(int(c[n]) for n in variable)
+
     smaller = plan_for(seg[0][2])
     if not smaller.feasible:
         return True, None
     small_cfg = dict(smaller.config)
-    saved = sum(int(current[n]) for n in variable) - sum(int(small_cfg[n]) for n in variable)
-    end_s = float(t_s[seg[0][1] - 1]) if seg[0][1] - 1 < len(t_s) else float(t_s[-1])
-    hours = max(end_s - lead_s, 0.0) / 3600.0
+    saved = instances(current) - instances(small_cfg)
+    hours = max(float(t_s[seg[0][1] - 1]) - lead_s, 0.0) / 3600.0  # to the segment's last step
     if saved <= 0 or hours <= 0:
         return True, None
-    cap_small = predict(compiled, small_cfg, 1.0).max_rate
-    cost = restart_violation_s(config.restart_s, cap_small, load, config.backlog_slo_s)
+    cost = restart_violation_s(config.restart_s, predict(compiled, small_cfg, 1.0).max_rate, load,
+                               config.backlog_slo_s)
     if len(seg) > 1:
         # a next segment that needs more than the smaller configuration but no more than the
         # running one: kept, it would need no change there; scaled down, a scale-up back
-        nxt = plan_for(seg[1][2])
-        n_next = sum(int(nxt.config[n]) for n in variable)
-        if sum(int(small_cfg[n]) for n in variable) < n_next <= sum(int(current[n]) for n in variable):
-            cap_back = predict(compiled, dict(nxt.config), 1.0).max_rate
-            cost += restart_violation_s(config.restart_s, cap_back, seg[1][2], config.backlog_slo_s)
+        nxt = dict(plan_for(seg[1][2]).config)
+        if instances(small_cfg) < instances(nxt) <= instances(current):
+            cost += restart_violation_s(config.restart_s, predict(compiled, nxt, 1.0).max_rate, seg[1][2],
+                                        config.backlog_slo_s)
     worth = saved * hours * config.violation_s_per_instance_hour
     if worth <= cost:
         return True, None

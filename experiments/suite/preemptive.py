@@ -47,6 +47,7 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from experiments.harness import ExperimentContext, ExperimentError, ExperimentResult
@@ -364,14 +365,14 @@ def changes_of(timeline: pd.DataFrame) -> list[dict]:
     the violation seconds the restart was charged (its windows until the next settled one)."""
     out = []
     n = len(timeline)
-    for i in (int(k) for k in timeline.index[timeline["applied"].to_numpy(bool)]):
-        pos = timeline.index.get_loc(i)
+    settled, violated_s = timeline["settled"].to_numpy(bool), timeline["violated_s"].to_numpy(float)
+    for pos in np.flatnonzero(timeline["applied"].to_numpy(bool)):
         row = timeline.iloc[pos]
         after = timeline.iloc[pos + 1] if pos + 1 < n else row
-        charged, j = 0.0, pos + 1
-        while j < n and not bool(timeline.iloc[j]["settled"]):
-            charged += float(timeline.iloc[j]["violated_s"])
-            j += 1
+        end = pos + 1
+        while end < n and not settled[end]:
+            end += 1
+        charged = float(violated_s[pos + 1:end].sum())
         mu, lam = float(after["capacity"]), float(row["arrival_rate"])
         out.append({"t_h": float(row["t_s"]) / 3600.0,
                     "direction": "up" if after["instances"] > row["instances"] else
