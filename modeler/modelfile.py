@@ -8,11 +8,13 @@ YAML or JSON, same content::
     buffer_tuples: 1000              # optional: bounded input buffers (blocking), per instance
     restart_base_s: 10               # optional restart model (modeler.restart)
     restore_mb_per_s: 50             # needed when an operator has state_mb > 0
+    resources: {cores: 2}            # optional: the cores every instance shares (or
+                                     # {taskmanagers: 1, cores_per_taskmanager: 2})
     operators:
       - {name: source, role: source, parallelism: 1}
       - {name: split, parallelism: 2, service_time_ms: 0.5, service_scv: 1.0,
          min_parallelism: 1, max_parallelism: 128}
-      - {name: count, parallelism: 2, service_time_ms: 0.2, state_mb: 2000}
+      - {name: count, parallelism: 2, service_time_ms: 0.2, state_mb: 2000, cpu_share: 0.8}
     edges:
       - {from: source, to: split, grouping: shuffle, selectivity: 1.0}
       - {from: split, to: count, buffer_tuples: 200, grouping: key, selectivity: 7.0,
@@ -31,6 +33,13 @@ each instance of the edge's target, in tuples waiting (not counting the one in s
 credits of credit-based flow control. When it is full the sending instance blocks after service
 until a slot frees (``modeler.queueing``, "Bounded buffers"). Absent everywhere (the default),
 buffers are unbounded: the model of every file without the key is unchanged.
+
+``resources`` (optional) are the cores the job's instances share: ``cores`` in total, or
+``taskmanagers`` x ``cores_per_taskmanager``. ``cpu_share`` (per operator, 0-1, default 1) is the
+part of its service time that is CPU work; the rest (a sleep, an external call) is not slowed by
+other instances. With resources, CPU work of instances that outnumber the cores is shared among
+them (``modeler.queueing``, "Shared cores"); without them (the default) cores are unlimited and
+the model of every file without the key is unchanged.
 
 ``require_profiles=False`` accepts a *topology file*: the same format without service times,
 which calibration fills in.
@@ -58,12 +67,13 @@ SCALING_FORMS = ("linear", "contention", "table")
 
 _TOP_KEYS = {
     "augury", "job", "network_delay_ms", "buffer_timeout_ms", "buffer_records", "buffer_tuples",
-    "restart_base_s", "restore_mb_per_s", "operators", "edges", "calibration",
+    "restart_base_s", "restore_mb_per_s", "resources", "operators", "edges", "calibration",
 }
 _OPERATOR_KEYS = {
     "name", "role", "parallelism", "service_time_ms", "service_scv", "min_parallelism",
-    "max_parallelism", "rate_share", "arrival_scv", "scaling", "state_mb",
+    "max_parallelism", "rate_share", "arrival_scv", "scaling", "state_mb", "cpu_share",
 }
+_RESOURCES_KEYS = {"cores", "taskmanagers", "cores_per_taskmanager"}
 _EDGE_KEYS = {"from", "to", "grouping", "selectivity", "keys", "buffer_tuples"}
 _KEYS_KEYS = {"distribution", "exponent", "count", "weights"}
 _SCALING_KEYS = {"form", "overhead", "parallelism", "factor"}
@@ -139,6 +149,9 @@ class OperatorSpec:
     state_mb: float = 0.0
     """Keyed state the operator holds, MB, in total over its instances (each holds its key
     groups' part); what a restart restores (``modeler.restart``). 0 = stateless."""
+    cpu_share: float = 1.0
+    """Part of the service time that is CPU work, 0-1 (1 = all of it; 0 = a wait that uses no
+    core, e.g. an external call). Only matters when the job's ``cores`` are given."""
 
     @property
     def is_source(self) -> bool:
@@ -187,6 +200,9 @@ class JobModel:
     restore_mb_per_s: float | None = None
     """Rate at which a restart restores state, MB/s (the job's aggregate: checkpoint storage ->
     task managers); required when an operator has ``state_mb`` > 0."""
+    cores: float | None = None
+    """Cores the job's instances share in total (``resources``); None = as many as there are
+    instances (no instance ever waits for a core: the model before shared cores)."""
 
     @property
     def state_mb(self) -> float:
@@ -441,11 +457,36 @@ def _parse_operator(ctx: _Ctx, raw: Any, i: int, require_profiles: bool) -> Oper
     arrival_scv = ctx.number(raw, "arrival_scv", where, 1.0, non_negative=True)
     scaling = _parse_scaling(ctx, raw["scaling"], f"{where}.scaling") if "scaling" in raw else ScalingSpec()
     state = ctx.number(raw, "state_mb", where, 0.0, non_negative=True)
+    cpu_share = ctx.number(raw, "cpu_share", where, 1.0, non_negative=True, maximum=1.0)
     return OperatorSpec(
         name=name, role=role, parallelism=parallelism, service_time_ms=service, service_scv=scv,
         min_parallelism=min_p, max_parallelism=max_p, rate_share=share, arrival_scv=arrival_scv,
-        scaling=scaling, state_mb=state,
+        scaling=scaling, state_mb=state, cpu_share=cpu_share,
     )
+
+
+def _parse_resources(ctx: _Ctx, raw: Any) -> float:
+    """``resources`` -> total cores (``cores``, or ``taskmanagers`` x ``cores_per_taskmanager``)."""
+    if not isinstance(raw, Mapping):
+        raise ctx.fail("must be a mapping like {cores: 2} or {taskmanagers: 1, cores_per_taskmanager: 2}",
+                       "resources", raw)
+    ctx.unknown_keys(raw, _RESOURCES_KEYS, "resources")
+    per_tm = {"taskmanagers", "cores_per_taskmanager"} & set(raw)
+    if "cores" in raw:
+        if per_tm:
+            raise ctx.fail("give either cores or taskmanagers x cores_per_taskmanager, not both",
+                           f"resources.{sorted(per_tm)[0]}", raw[sorted(per_tm)[0]])
+        return ctx.number(raw, "cores", "resources", None, positive=True, maximum=MAX_PARALLELISM)
+    if per_tm:
+        tms = ctx.number(raw, "taskmanagers", "resources", None, positive=True, integer=True,
+                         maximum=MAX_PARALLELISM)
+        per = ctx.number(raw, "cores_per_taskmanager", "resources", None, positive=True,
+                         maximum=MAX_PARALLELISM)
+        if tms * per > MAX_PARALLELISM:
+            raise ctx.fail(f"must be <= {MAX_PARALLELISM:,} cores in total (the documented limit)",
+                           "resources.taskmanagers", tms)
+        return float(tms * per)
+    raise ctx.fail("needs cores, or taskmanagers and cores_per_taskmanager", "resources", raw)
 
 
 def _parse_edge(ctx: _Ctx, raw: Any, i: int, names: set[str]) -> EdgeSpec:
@@ -497,6 +538,7 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
                                maximum=MAX_BUFFER_TUPLES)
     restart_base = ctx.number(data, "restart_base_s", "", None, non_negative=True, allow_none=True)
     restore_rate = ctx.number(data, "restore_mb_per_s", "", None, positive=True, allow_none=True)
+    cores = _parse_resources(ctx, data["resources"]) if "resources" in data else None
 
     raw_ops = data.get("operators")
     if not isinstance(raw_ops, list) or not raw_ops:
@@ -549,7 +591,7 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
         job=job, operators=tuple(operators), edges=tuple(edges), network_delay_ms=network,
         buffer_timeout_ms=buffer_timeout, buffer_records=buffer_records, buffer_tuples=buffer_tuples,
         calibration=data.get("calibration"), source_file=source,
-        restart_base_s=restart_base, restore_mb_per_s=restore_rate,
+        restart_base_s=restart_base, restore_mb_per_s=restore_rate, cores=cores,
     )
     graph = to_graph(model)
     if not nx.is_directed_acyclic_graph(graph):
@@ -618,6 +660,8 @@ def model_to_dict(model: JobModel) -> dict[str, Any]:
                               "factor": list(op.scaling.factor)}
         if op.state_mb:
             raw["state_mb"] = op.state_mb
+        if op.cpu_share != 1.0:
+            raw["cpu_share"] = op.cpu_share
         ops.append(raw)
     edges = []
     for e in model.edges:
@@ -647,6 +691,8 @@ def model_to_dict(model: JobModel) -> dict[str, Any]:
         out["restart_base_s"] = model.restart_base_s
     if model.restore_mb_per_s is not None:
         out["restore_mb_per_s"] = model.restore_mb_per_s
+    if model.cores is not None:
+        out["resources"] = {"cores": model.cores}
     out["operators"] = ops
     out["edges"] = edges
     if model.calibration is not None:

@@ -106,6 +106,18 @@ CASES = [
     (("buffer_tuples",), "32KB", "buffer_tuples", "32KB"),
     (("edges", 1, "buffer_tuples"), -4, "edges[1].buffer_tuples", "-4"),
     (("edges", 1, "buffer_tuples"), 10**10, "edges[1].buffer_tuples", "10000000000"),
+    # shared cores (modeler.queueing, "Shared cores")
+    (("resources",), 2, "resources", "2"),
+    (("resources",), {"cores": 0}, "resources.cores", "0"),
+    (("resources",), {"cores": "2 cores"}, "resources.cores", "2 cores"),
+    (("resources",), {"cpus": 2}, "resources.cpus", "cpus"),
+    (("resources",), {}, "resources", "{}"),
+    (("resources",), {"cores": 2, "taskmanagers": 1}, "resources.taskmanagers", "1"),
+    (("resources",), {"taskmanagers": 2}, "resources.cores_per_taskmanager", None),
+    (("resources",), {"taskmanagers": 1.5, "cores_per_taskmanager": 2}, "resources.taskmanagers", "1.5"),
+    (("resources",), {"taskmanagers": 1000, "cores_per_taskmanager": 1000}, "resources.taskmanagers", "1000"),
+    (("operators", 1, "cpu_share"), 1.5, "operators[1].cpu_share", "1.5"),
+    (("operators", 1, "cpu_share"), -0.1, "operators[1].cpu_share", "-0.1"),
 ]
 
 
@@ -228,3 +240,17 @@ def test_a_file_name_no_file_can_have_is_a_model_error():
     with pytest.raises(ModelError) as info:
         load_model("model\0.yaml")
     assert "not a valid file name" in info.value.message
+
+
+def test_resources_give_total_cores_default_unlimited_and_round_trip():
+    plain = parse_model(BASE)
+    assert plain.cores is None and all(op.cpu_share == 1.0 for op in plain.operators)
+    assert "resources" not in dump_model(plain) and "cpu_share" not in dump_model(plain)
+    per_tm = copy.deepcopy(BASE)
+    per_tm["resources"] = {"taskmanagers": 2, "cores_per_taskmanager": 1.5}
+    per_tm["operators"][1]["cpu_share"] = 0.25
+    model = parse_model(per_tm)
+    assert model.cores == 3.0 and model.operator("split").cpu_share == 0.25
+    again = parse_model_text(dump_model(model))
+    assert again.cores == 3.0 and again.operator("split").cpu_share == 0.25
+    assert again.operator("count").cpu_share == 1.0
