@@ -88,6 +88,30 @@ What is modelled (``docs/design.md`` section 2), and the assumptions:
    has ``buffer_tuples`` (the computation is skipped) and, per receiver, wherever
    utilization^(aN) < 1e-18 (a buffer never full to double precision: K = 1,000 below ~0.96).
 
+6. **Shared cores** (``resources``: the job's instances share ``cores`` cores; ``_SharedCores``).
+   A service of mean E[S] is CPU work ``cpu_share`` x E[S] (core-seconds at full speed) and a
+   wait of the rest that no core limits (a sleep, an external call); the CPU work of the
+   instances computing at once is shared egalitarian (processor sharing): N computing on K
+   cores each run at min(1, K/N). Mean-field: an instance computing meets M other computing
+   instances and its CPU work is stretched by E[max(1, (1 + M)/K)] (``cpu_stretch``); M is
+   Binomial(instances - 1, mean) with the mean the sum of every other instance's probability of
+   computing, ``min(busy, 1) x`` its CPU part of its (stretched) service. The stretch is the
+   least fixed point of that map (iterated from 1), so service ``E[S'] = E[S](1 + cpu_share
+   (stretch - 1))`` rises with the rate and with every operator's parallelism; it is the service
+   from then on: utilization (engines' busy time includes waiting for a core), throughput
+   (``max_rate``: where the hottest instance's stretched utilization reaches 1, at most the rate
+   at which the CPU work fills every core, ``cpu_work_per_tuple``) and latency (waits and
+   service at S'; its SCV is the base one). Assumptions: the instances compute independently
+   of each other (the binomial errs towards more contention than their Poisson-binomial);
+   nothing else (network threads, garbage collection) uses the cores unless calibration folds it
+   into the service; the stretch is a mean, its variance is not added to the service's.
+   Closed forms it meets: one operator with cpu_share 1 saturates at K / E[S] once its
+   instances outnumber the cores; instances that do not outnumber the cores are never stretched
+   (the model without ``resources``, bit for bit); ``cpu_share`` 0 makes the cores irrelevant.
+   Near CPU saturation with ``cpu_share`` < 1 it is conservative: 4 instances at cpu_share 0.5
+   on 1 core saturate at 186 tuples/s for E[S] = 10 ms, where the exact closed machine-repairman
+   (MVA) value with every instance busy is 197.
+
 ``predict_batch`` evaluates many configurations and rates in one numpy pass; ``predict`` is the
 same computation for one configuration, so the two cannot disagree. Small batches (the planner's:
 one to a few dozen rows) pay mostly a per-operator cost in numpy calls, so the evaluation keeps
@@ -469,6 +493,11 @@ class CompiledModel:
     """Per operator, the input buffer (tuples waiting) of each instance that blocks its senders:
     the smallest ``buffer_tuples`` over its in-edges from operators with a service time; inf
     where none applies. None when no operator blocks (the unbounded model, bit for bit)."""
+    cores: float | None = None
+    """Cores the job's instances share (``JobModel.cores``); None = unlimited (the model before
+    shared cores, bit for bit)."""
+    cpu_share: np.ndarray | None = None
+    """Per operator, the part of its service time that is CPU work (0-1)."""
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -602,6 +631,8 @@ def compile_model(model: JobModel, *, copies_correlated: bool = True) -> Compile
         forward_groups=groups,
         buffer_tuples=buffers if np.isfinite(buffers).any() else None,
         copies_correlated=copies_correlated,
+        cores=model.cores,
+        cpu_share=np.array([op.cpu_share for op in specs]),
     )
 
 
@@ -844,44 +875,204 @@ class _Blocking:
 
     def max_rate(self, plain: np.ndarray, hot_share: np.ndarray) -> np.ndarray:
         """The input rate at which the hottest instance's effective utilization (busy or
-        blocked) reaches 1: Illinois regula falsi between the unbounded model's max rate
-        (an upper bound: blocking only adds) and that rate divided by the hottest effective
-        utilization there (a lower bound: effective service grows with the rate)."""
-        c = self.compiled
-        cap = c.service_s > 0
-        finite = np.isfinite(plain)
-        hi = np.where(finite, plain, 1.0)
+        blocked) reaches 1 (``_utilization_root``: the unbounded model's max rate is an upper
+        bound, blocking only adds)."""
+        cap = self.compiled.service_s > 0
 
         def excess(r):
-            es = self.at(r)[0]
-            load = np.where(cap, self.visit * hot_share * es, 0.0)
+            load = np.where(cap, self.visit * hot_share * self.at(r)[0], 0.0)
             return r * load.max(axis=1) - 1.0, load
 
-        f_hi, load_hi = excess(hi)
-        lo = np.where(f_hi > 0, 1.0 / load_hi.max(axis=1), hi)
-        f_lo, _ = excess(lo)
-        side = np.zeros(hi.shape)
-        for _ in range(200):
-            # 1e-11 of the rate: past it the effective utilizations near a receiver at capacity
-            # move by their own rounding (P(block) is steep there), not by the rate.
-            open_ = (f_hi > 0) & (f_lo < 0) & (hi - lo > 1e-11 * hi)
-            if not open_.any():
+        return _utilization_root(plain, excess)
+
+
+def _utilization_root(plain: np.ndarray, excess: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+                      rtol: float = 1e-11) -> np.ndarray:
+    """The input rate at which the hottest instance's effective utilization reaches 1, per row,
+    when effective service grows with the rate (blocking, shared cores): Illinois regula falsi
+    between ``plain``, the max rate at the base service times (an upper bound), and ``plain``
+    divided by the hottest effective utilization there (a lower bound). ``excess(r)`` returns
+    (r x hottest effective load - 1, the effective load per unit rate [n, V])."""
+    finite = np.isfinite(plain)
+    hi = np.where(finite, plain, 1.0)
+    f_hi, load_hi = excess(hi)
+    lo = np.where(f_hi > 0, 1.0 / load_hi.max(axis=1), hi)
+    f_lo, _ = excess(lo)
+    for _ in range(60):
+        # A load at ``hi`` that was only a lower bound (an iteration stopped once saturated)
+        # gives no lower bound on the root: halve until below it.
+        down = (f_hi > 0) & (f_lo > 0)
+        if not down.any():
+            break
+        lo = np.where(down, 0.5 * lo, lo)
+        f_lo = np.where(down, excess(lo)[0], f_lo)
+    side = np.zeros(hi.shape)
+    for _ in range(200):
+        # 1e-11 of the rate: past it the effective utilizations near a receiver at capacity
+        # move by their own rounding (P(block) is steep there), not by the rate.
+        open_ = (f_hi > 0) & (f_lo < 0) & (hi - lo > rtol * hi)
+        if not open_.any():
+            break
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        r = np.where((r <= lo) | (r >= hi) | ~np.isfinite(r), 0.5 * (lo + hi), r)
+        f, _ = excess(np.where(open_, r, lo))
+        up = open_ & (f < 0)
+        down = open_ & (f >= 0)
+        # Illinois: halve the value kept at the other end when the same end moves twice.
+        f_hi = np.where(up & (side == 1), f_hi / 2.0, f_hi)
+        f_lo = np.where(down & (side == -1), f_lo / 2.0, f_lo)
+        lo, f_lo = np.where(up, r, lo), np.where(up, f, f_lo)
+        hi, f_hi = np.where(down, r, hi), np.where(down, f, f_hi)
+        side = np.where(up, 1, np.where(down, -1, side))
+    # (f_lo / f_hi may have been halved: the bracket, not them, says where the root is)
+    root = np.where(f_hi <= 0, hi, np.where(f_lo >= 0, lo, 0.5 * (lo + hi)))
+    return np.where(finite, root, plain)
+
+
+def cpu_stretch(cpu_busy: np.ndarray, own: np.ndarray, instances: np.ndarray, cores: float) -> np.ndarray:
+    """Mean stretch of CPU work under processor sharing over ``cores`` cores, seen by one
+    instance of each operator while it computes: E[max(1, (1 + M) / cores)], M the number of
+    *other* instances computing at that moment.
+
+    ``cpu_busy`` [n]: the expected number of instances computing (the sum of every instance's
+    probability of being in its CPU phase); ``own`` [n, V]: that probability for one instance of
+    each operator (removed from M: the tagged instance is computing); ``instances`` [n]: all
+    instances. M is taken as Binomial(instances - 1, mean / (instances - 1)), the instances'
+    independent Bernoullis with their probabilities averaged (a binomial's variance is at least
+    the Poisson-binomial's with the same mean: this errs towards more contention).
+    E[(M - a)^+] = (E[M] - a) + sum_{j < a} (a - j) P(M = j), a = cores - 1: only the pmf below
+    the core count is needed. Exactly 1 where the instances do not outnumber the cores."""
+    n, V = own.shape
+    trials = np.maximum(instances - 1.0, 0.0)[:, None] * np.ones((1, V))
+    mean = np.clip(cpu_busy[:, None] - own, 0.0, trials)
+    a = cores - 1.0
+    over = np.maximum(mean - a, 0.0) if a <= 0 else mean - a
+    if a > 0:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = np.where(trials > 0, mean / np.where(trials > 0, trials, 1.0), 0.0)
+            p = np.clip(p, 0.0, 1.0)
+            log_p, log_q = np.log(p), np.log1p(-p)
+            log_pmf = trials * log_q  # P(M = 0)
+            log_pmf = np.where(trials == 0, 0.0, log_pmf)
+            for j in range(int(np.ceil(a))):
+                pmf = np.exp(log_pmf)
+                pmf = np.where(np.isfinite(pmf), pmf, 0.0)
+                over = over + (a - j) * pmf
+                # P(M = j + 1) = P(M = j) (trials - j) / (j + 1) p / q
+                log_pmf = log_pmf + np.log(np.maximum(trials - j, 0.0)) - np.log(j + 1.0) + log_p - log_q
+        over = np.maximum(over, 0.0)
+    stretch = 1.0 + over / cores
+    return np.where((instances <= cores)[:, None], 1.0, stretch)
+
+
+def cpu_work_per_tuple(compiled: CompiledModel, parallelism: np.ndarray) -> np.ndarray:
+    """Core-seconds of CPU work one input tuple causes in the whole job [n], at the given
+    parallelism [n, V] (service times at that parallelism, broadcast copies counted; no stretch).
+    The job cannot sustain a rate at which this times the rate reaches its cores."""
+    P = np.atleast_2d(np.asarray(parallelism, dtype=np.int64))
+    n, V = P.shape
+    visit = np.zeros((n, V))
+    for v in range(V):
+        if not compiled.in_edges[v]:
+            visit[:, v] = compiled.source_share[v]
+        for e in compiled.in_edges[v]:
+            f = e.selectivity * visit[:, e.u]
+            visit[:, v] += f * P[:, v] if e.grouping == "broadcast" else f
+    cpu = compiled.cpu_share if compiled.cpu_share is not None else np.ones(V)
+    return (visit * compiled.service_at(P) * cpu).sum(axis=1)
+
+
+@dataclass
+class _SharedCores:
+    """Shared cores: the effective service time of every operator, per configuration row
+    (seconds), when its instances' CPU work shares ``compiled.cores`` cores. See "Shared cores"
+    in the module docstring.
+
+    Built once per block from the traffic pass; ``at(rate)`` solves the stretch's fixed point at
+    one input rate per row, ``max_rate`` finds where the hottest effective utilization reaches 1.
+    """
+
+    compiled: CompiledModel
+    classes: list
+    visit: np.ndarray
+    ES: np.ndarray
+    Pf: np.ndarray
+    tol: float = 1e-8
+    """Relative change of the stretch at which its fixed-point iteration stops."""
+    max_iter: int = 2000
+
+    def __post_init__(self) -> None:
+        c = self.compiled
+        self.cap = c.service_s > 0
+        # Instances that compute: every instance of an operator with a service time.
+        self.instances = (self.Pf * self.cap).sum(axis=1)
+        self.cpu = np.where(self.cap, c.cpu_share, 0.0)
+        # The stretch at the highest rate solved so far without saturation, per row: a lower
+        # bound on the stretch at every higher rate (the map rises with the rate), so the
+        # iteration at such a rate may start there (``max_rate`` probes rising rates).
+        n, V = self.ES.shape
+        self._known_rate = np.zeros(n)
+        self._known_stretch = np.ones((n, V))
+
+    def at(self, rate: np.ndarray, hot_share: np.ndarray | None = None) -> np.ndarray:
+        """Effective mean service [n, V] (seconds) at input rate ``rate`` [n]: the base service
+        with its CPU part stretched, E[S] (1 + cpu_share (stretch - 1)). The stretch is the least
+        fixed point of stretch -> ``cpu_stretch``(CPU-phase probabilities at that stretch),
+        iterated from 1 (the map is monotone, so the iteration rises to it and every iterate is
+        a lower bound). With ``hot_share``, a row stops as soon as an iterate puts the hottest
+        instance at utilization 1: it is saturated at this rate whatever the fixed point (all
+        ``max_rate`` needs; near saturation the iteration converges slowly)."""
+        n, V = self.ES.shape
+        cores = float(self.compiled.cores)
+        work = self.ES * self.cpu  # CPU work per tuple, core-seconds
+        warm = rate >= self._known_rate
+        stretch = np.where(warm[:, None], self._known_stretch, 1.0)
+        live = np.ones(n, dtype=bool)
+        es = self.ES + work * (stretch - 1.0)
+        for _ in range(self.max_iter):
+            busy_sum = np.zeros(n)
+            own = np.zeros((n, V))
+            for v in range(V):
+                if not self.cap[v] or self.cpu[v] == 0:
+                    continue
+                cls = self.classes[v]
+                lam = (rate * self.visit[:, v])[:, None] * cls.share  # tuples/s per instance
+                busy = lam * es[:, v:v + 1]
+                # CPU-phase probability: its share of the busy time, busy capped at 1
+                # (a saturated instance computes cpu work / service of the time).
+                frac = np.where(es[:, v:v + 1] > 0, (work[:, v:v + 1] * stretch[:, v:v + 1])
+                                / np.where(es[:, v:v + 1] > 0, es[:, v:v + 1], 1.0), 0.0)
+                cpu_prob = np.minimum(busy, 1.0) * frac
+                busy_sum += (cpu_prob * cls.count).sum(axis=1)
+                own[:, v] = (cpu_prob * cls.count).sum(axis=1) / self.Pf[:, v]
+            new = cpu_stretch(busy_sum, own, self.instances, cores)
+            done = (np.abs(new - stretch) <= self.tol * new).all(axis=1) | ~live
+            stretch = np.where(live[:, None], new, stretch)
+            es = self.ES + work * (stretch - 1.0)
+            if hot_share is not None:
+                hot = np.where(self.cap, (rate * self.visit.T).T * hot_share * es, 0.0).max(axis=1)
+                live &= hot < 1.0
+            if done.all() or not live.any():
                 break
-            with np.errstate(divide="ignore", invalid="ignore"):
-                r = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
-            r = np.where((r <= lo) | (r >= hi) | ~np.isfinite(r), 0.5 * (lo + hi), r)
-            f, _ = excess(np.where(open_, r, lo))
-            up = open_ & (f < 0)
-            down = open_ & (f >= 0)
-            # Illinois: halve the value kept at the other end when the same end moves twice.
-            f_hi = np.where(up & (side == 1), f_hi / 2.0, f_hi)
-            f_lo = np.where(down & (side == -1), f_lo / 2.0, f_lo)
-            lo, f_lo = np.where(up, r, lo), np.where(up, f, f_lo)
-            hi, f_hi = np.where(down, r, hi), np.where(down, f, f_hi)
-            side = np.where(up, 1, np.where(down, -1, side))
-        # (f_lo / f_hi may have been halved: the bracket, not them, says where the root is)
-        root = np.where(f_hi <= 0, hi, np.where(f_lo >= 0, lo, 0.5 * (lo + hi)))
-        return np.where(finite, root, plain)
+        solved = live & done & (rate > self._known_rate)
+        self._known_rate = np.where(solved, rate, self._known_rate)
+        self._known_stretch = np.where(solved[:, None], stretch, self._known_stretch)
+        return self.ES + work * (stretch - 1.0)
+
+    def max_rate(self, plain: np.ndarray, hot_share: np.ndarray) -> np.ndarray:
+        """Where the hottest instance's stretched utilization reaches 1 (``_utilization_root``).
+        The upper bound is the smaller of the base max rate and the rate at which the CPU work
+        fills every core (no fixed point exists beyond it: the stretch would exceed itself)."""
+        cpu_work = (self.visit * self.ES * self.cpu).sum(axis=1)  # core-seconds per input tuple
+        with np.errstate(divide="ignore"):
+            full = np.where(cpu_work > 0, float(self.compiled.cores) / cpu_work, np.inf)
+
+        def excess(r):
+            load = np.where(self.cap, self.visit * hot_share * self.at(r, hot_share), 0.0)
+            return r * load.max(axis=1) - 1.0, load
+
+        return _utilization_root(np.minimum(plain, full), excess, rtol=1e-7)
 
 
 # ------------------------------------------------- tails: the path mixture's own distribution
@@ -1373,6 +1564,15 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     with np.errstate(divide="ignore"):
         max_rate = np.where(worst > 0, 1.0 / worst, np.inf)
     bottleneck = np.where(worst > 0, hot_load.argmax(axis=1), -1)
+    if compiled.cores is not None:
+        # Shared cores: CPU work stretches with the instances computing at once, which grows
+        # with the rate (see "Shared cores" in the module docstring). Service time as engines
+        # measure it (busy time) includes the stretch, so it is the service from here on.
+        cores = _SharedCores(compiled, classes, visit, ES, Pf)
+        max_rate = cores.max_rate(max_rate, hot_share)
+        hot_load = np.where(has_capacity, visit * hot_share * cores.at(max_rate, hot_share), 0.0)
+        bottleneck = np.where(hot_load.max(axis=1) > 0, hot_load.argmax(axis=1), -1)
+        ES = cores.at(np.minimum(R, max_rate))
     cs2_rows = None
     busy_ES = ES
     if compiled.buffer_tuples is not None:

@@ -36,7 +36,8 @@ from modeler.queueing import CompiledModel, _superpose, _variability, _waiting, 
 def supported(compiled: CompiledModel) -> bool:
     # Bounded buffers couple an operator's sojourn to its receivers' load (blocking): not a
     # per-operator sum.
-    return compiled.buffer_tuples is None and \
+    # Shared cores couple every operator's service to every other's load: not per operator.
+    return compiled.buffer_tuples is None and compiled.cores is None and \
         not any(e.grouping in ("broadcast", "forward") for e in compiled.model.edges)
 
 

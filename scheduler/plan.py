@@ -123,6 +123,7 @@ from modeler.queueing import (
     CompiledModel,
     Prediction,
     compile_model,
+    cpu_work_per_tuple,
     predict_batch,
     prediction_from_batch,
 )
@@ -322,7 +323,12 @@ class _Problem:
         monotonicity is assumed (``coupled``). Hypothesis found, with buffer_tuples 0 on one edge,
         a buffered mean below the unbuffered (relaxed) one, and a mean that rises when an operator
         gains an instance: neither the relaxed bound nor monotonicity holds there."""
-        self.coupled = self.blocking or any(e.grouping == "broadcast" for e in model.edges)
+        self.shared_cores = model.cores is not None
+        """Shared cores: an instance added to one operator slows every other operator's CPU
+        work, so latency is not monotone in any operator's parallelism (``coupled``), and, as
+        under blocking, no latency bound prunes."""
+        self.no_bound = self.blocking or self.shared_cores
+        self.coupled = self.no_bound or any(e.grouping == "broadcast" for e in model.edges)
         batching = model.buffer_timeout_ms > 0 and model.buffer_records > 1
         in_edges = {v: compiled.in_edges[v] for v in range(len(names))}
         seen: set[int] = set()
@@ -602,7 +608,8 @@ def _relaxed_model(model: JobModel, var: Sequence[_Group]) -> JobModel:
     at least as variable as a round-robin one); contention/table scaling becomes linear at the
     smallest factor over the operator's allowed parallelism; output batching is switched off (its
     wait only adds); buffers are unbounded (blocking only adds latency: Hypothesis-tested in
-    ``tests/modeler/test_queueing.py``). ``tests/scheduler/test_plan.py`` checks the lower-bound property with
+    ``tests/modeler/test_queueing.py``); cores are unlimited (shared cores only stretch service).
+    ``tests/scheduler/test_plan.py`` checks the lower-bound property with
     Hypothesis on random DAGs; the planner relies on it only to *prune*, never to choose.
     """
     domains = {n: g.domain for g in var for n in g.names}
@@ -615,7 +622,8 @@ def _relaxed_model(model: JobModel, var: Sequence[_Group]) -> JobModel:
         ops.append(op)
     edges = tuple(replace(e, grouping="shuffle", keys=None, buffer_tuples=None) if e.grouping == "key"
                   else replace(e, buffer_tuples=None) for e in model.edges)
-    return replace(model, operators=tuple(ops), edges=edges, buffer_timeout_ms=0.0, buffer_tuples=None)
+    return replace(model, operators=tuple(ops), edges=edges, buffer_timeout_ms=0.0, buffer_tuples=None,
+                   cores=None)
 
 
 @dataclass
@@ -641,7 +649,7 @@ def _bound(prob: _Problem, vals: np.ndarray, rem: np.ndarray, later: Sequence[in
     (``later`` unassigned, ``rem`` instances left): the real model when all of ``later`` are
     monotone in it, else the relaxed model. The mean, and for a p95/p99 SLO (``threshold``
     given) the larger of the mean and that statistic, which is monotone as well."""
-    if prob.blocking:  # no valid bound under blocking (``_Problem.blocking``): nothing is pruned
+    if prob.no_bound:  # no valid bound under blocking or shared cores (``_Problem``): nothing is pruned
         return np.full(len(vals), -np.inf)
     top = _raise_to_budget(prob, vals, rem, later, costs)
     relaxed = not all(prob.var[j].monotone for j in later)
@@ -858,7 +866,7 @@ def _global_bound(prob: _Problem, b: np.ndarray) -> tuple[np.ndarray, float] | N
     the statistic, both monotone) of every configuration, and where it is reached: every
     relaxable group at its top (in the real model when all groups are monotone, else the relaxed
     one), broadcast-fed groups enumerated jointly. None when that enumeration is too large."""
-    if prob.blocking:  # no valid bound under blocking (``_Problem.blocking``)
+    if prob.no_bound:  # no valid bound under blocking or shared cores (``_Problem``)
         return None
     enum = [j for j, g in enumerate(prob.var) if not g.relaxable]
     top = np.array([g.domain[-1] for g in prob.var], dtype=np.int64)
@@ -941,6 +949,16 @@ def _solve(prob: _Problem) -> Plan:
     U, stat, slo = prob.U, prob.stat, prob.slo
     if prob.bound_conflicts:
         return _finish(prob, None, False, prob.bound_conflicts, True)
+    if prob.shared_cores and prob.rate > 0:
+        # More instances never add a core: when the CPU work alone fills every core at the
+        # fewest instances (the least work), no configuration carries the rate.
+        low = prob.config_matrix(np.array([[g.domain[0] for g in prob.var]], dtype=np.int64))
+        need = prob.rate * float(cpu_work_per_tuple(prob.c, low)[0])
+        cores = float(prob.c.cores)
+        if need >= cores:
+            return _finish(prob, None, False, [
+                f"the CPU work at {prob.rate:g} tuples/s needs {need:.3g} cores; the job has {cores:g} "
+                "(resources.cores): no parallelism carries it, more cores are needed"], True)
     fm = None
     if not prob.coupled and prob.rate > 0 and _plan_fast.supported(prob.c):
         fm = _plan_fast.FastMean(prob.c, prob.rate)

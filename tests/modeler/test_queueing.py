@@ -714,3 +714,102 @@ def test_correlated_copies_only_add_latency(model, load):
     for stat in ("mean", "p95", "p99"):
         assert with_pairs.latency_ms[stat] >= without.latency_ms[stat] * (1 - 1e-6), stat
     assert with_pairs.max_rate == without.max_rate
+
+
+# ------------------------------------------------------------------ shared cores
+
+
+def _cores_model(p, cores, cpu_share=1.0, service_ms=10.0):
+    top = {} if cores is None else {"resources": {"cores": cores}}
+    return _model([{"name": "src", "role": "source"},
+                   {"name": "q", "parallelism": p, "service_time_ms": service_ms, "cpu_share": cpu_share}],
+                  [{"from": "src", "to": "q"}], **top)
+
+
+def test_cpu_stretch_is_the_binomial_expectation_and_one_when_cores_suffice():
+    from scipy.stats import binom
+
+    from modeler.queueing import cpu_stretch
+
+    cores, instances = 2.5, 9
+    own = np.array([[0.3, 0.0]])
+    busy = np.array([4.2])
+    got = cpu_stretch(busy, own, np.array([instances]), cores)
+    for v in range(2):
+        mean = busy[0] - own[0, v]
+        m = np.arange(instances)
+        pmf = binom.pmf(m, instances - 1, mean / (instances - 1))
+        assert got[0, v] == pytest.approx(float((np.maximum(1.0, (1 + m) / cores) * pmf).sum()), rel=1e-12)
+    # instances that do not outnumber the cores are never stretched, whatever the load
+    assert (cpu_stretch(np.array([3.0]), np.array([[1.0, 1.0]]), np.array([3.0]), 3.0) == 1.0).all()
+
+
+@pytest.mark.parametrize("p,cores,cpu_share,expected", [
+    (2, 1, 1.0, 100.0),    # two instances, one core: the core's work rate
+    (8, 2, 1.0, 200.0),    # cores / E[S]
+    (3, 4, 1.0, 300.0),    # more cores than instances: p / E[S], never stretched
+    (8, 2, 0.0, 800.0),    # no CPU work: cores do not matter
+])
+def test_shared_cores_capacity_closed_forms(p, cores, cpu_share, expected):
+    assert predict(_cores_model(p, cores, cpu_share), None, 1.0).max_rate == pytest.approx(expected, rel=1e-6)
+
+
+def test_cores_enough_for_every_instance_are_todays_model_exactly():
+    for name in ("wordcount", "diamond"):
+        plain = load_model(EXAMPLES / f"{name}.yaml")
+        from dataclasses import replace
+
+        total = sum(op.max_parallelism for op in plain.operators)
+        roomy = replace(plain, cores=float(total))
+        for load in (0.2, 0.6, 0.9):
+            rate = load * predict(plain, None, 1.0).max_rate
+            a, b = predict(plain, None, rate), predict(roomy, None, rate)
+            assert a.latency_ms == b.latency_ms and a.max_rate == b.max_rate  # bit for bit
+            assert all(a.operators[o].utilization == b.operators[o].utilization for o in plain.operator_names)
+
+
+def test_shared_cores_slow_service_and_raise_latency():
+    plain, shared = _cores_model(4, None), _cores_model(4, 2)
+    rate = 0.5 * predict(shared, None, 1.0).max_rate
+    a, b = predict(shared, None, rate), predict(plain, None, rate)
+    assert a.max_rate == pytest.approx(200.0)  # 2 cores / 10 ms
+    assert a.operators["q"].utilization > b.operators["q"].utilization  # busy time includes the stretch
+    for stat in ("mean", "p95", "p99"):
+        assert a.latency_ms[stat] > b.latency_ms[stat]
+
+
+@st.composite
+def cored_dags(draw):
+    """``random_dags`` whose instances share 1-6 cores, with CPU shares 0-1."""
+    from dataclasses import replace
+
+    model = draw(random_dags())
+    ops = tuple(replace(op, cpu_share=draw(st.sampled_from([0.0, 0.3, 1.0]))) for op in model.operators)
+    return replace(model, operators=ops, cores=float(draw(st.sampled_from([1, 1.5, 2, 4, 6]))))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=cored_dags(), lo=st.floats(0.05, 0.95), hi=st.floats(0.05, 0.95))
+def test_shared_cores_invariants(model, lo, hi):
+    from dataclasses import replace
+
+    from modeler.queueing import cpu_work_per_tuple
+
+    lo, hi = sorted((lo, hi))
+    compiled = compile_model(model)
+    max_rate = predict(compiled, None, 1.0).max_rate
+    # never above the unlimited-cores capacity, nor above the rate whose CPU work fills the cores
+    assert max_rate <= predict(replace(model, cores=None), None, 1.0).max_rate * (1 + 1e-9)
+    work = float(cpu_work_per_tuple(compiled, compiled.config_array([{}]))[0])
+    if work > 0:
+        assert max_rate <= model.cores / work * (1 + 1e-9)
+    # more cores never lower the capacity
+    assert predict(replace(model, cores=model.cores * 2), None, 1.0).max_rate >= max_rate * (1 - 1e-6)
+    # utilization and latency rise with the rate; the hottest instance reaches 1 at max_rate
+    a, b = predict(compiled, None, lo * max_rate), predict(compiled, None, hi * max_rate)
+    for name in model.operator_names:
+        assert b.operators[name].utilization >= a.operators[name].utilization - 1e-9
+    assert b.latency_ms["mean"] >= a.latency_ms["mean"] * (1 - 1e-9)
+    at = predict(compiled, None, max_rate * (1 - 1e-7))
+    assert max(op.max_utilization for op in at.operators.values()) == pytest.approx(1.0, rel=1e-4)
+    assert predict(compiled, None, max_rate * 1.001).saturated

@@ -14,6 +14,7 @@ from modeler.modelfile import load_model, parse_model
 from modeler.queueing import compile_model, predict, predict_batch
 from scheduler.errors import SchedulerError
 from scheduler.plan import Plan, PlanConfig, _relaxed_model, plan
+from scheduler.targets import Targets
 from tests.conftest import EXAMPLES
 
 U_EPS = 1e-9
@@ -701,3 +702,28 @@ def test_unreachable_target_behind_a_saturated_operator_is_reported():
     assert result.reasons[0].startswith("o2: even at max_parallelism 4 the hottest instance's utilization is 0.666")
     b, reasons = _Problem(compile_model(model), rate, cfg).minimal_counts()
     assert b is None and reasons[0].startswith("o2: even at max_parallelism 4")
+
+
+# ------------------------------------------------------------------ shared cores
+
+
+def _cored(cores):
+    return parse_model({"augury": 1, "job": "t", "resources": {"cores": cores}, "operators": [
+        {"name": "src", "role": "source"},
+        {"name": "a", "service_time_ms": 10.0, "cpu_share": 1.0, "max_parallelism": 8},
+        {"name": "b", "service_time_ms": 4.0, "cpu_share": 0.5, "max_parallelism": 8}],
+        "edges": [{"from": "src", "to": "a"}, {"from": "a", "to": "b"}]})
+
+
+@pytest.mark.parametrize("rate,stat,slo", [(100.0, "mean", None), (250.0, "mean", None), (200.0, "mean", 25.0),
+                                           (200.0, "p99", 80.0)])
+def test_plan_with_shared_cores_equals_exhaustive_search(rate, stat, slo):
+    model = _cored(4)
+    cfg = PlanConfig(targets=Targets(utilization_target=0.7, latency_slo_ms=slo, latency_stat=stat))
+    _assert_matches(plan(model, rate, cfg), exhaustive_product(model, rate, cfg), cfg)
+
+
+def test_plan_says_when_the_cpu_work_needs_more_cores_than_the_job_has():
+    result = plan(_cored(4), 400.0)  # 400/s x (10 + 0.5 x 4) ms = 4.8 cores
+    assert not result.feasible
+    assert "needs 4.8 cores; the job has 4 (resources.cores)" in result.reasons[0]
