@@ -9,6 +9,15 @@ Units: rates tuples/s, times ms inside (``_ms``), simulated seconds in the API (
 simulated time 0 is ``TestbedConfig.start_time``; ``read``'s ``since_s`` and ``as_of_s`` are
 epoch seconds of that clock (``start_time`` + simulated time), like a real engine's.
 See ``docs/testbed.md`` for the semantics of every metric.
+
+Shared cores (the model's ``cores``, issue 23): each service of drawn service time S is a CPU
+phase of ``cpu_share`` x S core-ms, shared egalitarian by all instances then in their CPU phase
+(each at min(1, cores / n) of a core), then a wait of the rest of S that nothing slows. With
+``cores`` None or not fewer than the instances that compute (a service time > 0 and
+``cpu_share`` > 0) the kernel takes its unshared path: results are identical to the testbed
+without cores. ``busy_ms`` stays wall time from service start to completion. At a rebuild
+(rescale, restart) the carried instances keep their remaining CPU work (``_cpu_left``); a
+restarted instance's tuple is replayed, so it leaves the CPU phase.
 """
 
 from __future__ import annotations

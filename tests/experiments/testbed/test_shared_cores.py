@@ -115,13 +115,15 @@ def test_below_saturation_one_shared_core_is_an_mm1_queue_in_total():
     # exponential service, cpu_share 1, one core: whenever a tuple is in A the core works at
     # full speed and completes at total rate 1/S, so A's tuple count is M/M/1 (rho = lambda S)
     # whatever p: mean sojourn (queue + stretched service) = S / (1 - rho)
-    tb = Testbed(one_operator(3, 1, 1.0), 600.0, TestbedConfig(seed=4, shuffle="random", queue_capacity=100_000))
+    tb = Testbed(one_operator(3, 1, 1.0), 600.0,
+                 TestbedConfig(seed=4, shuffle="random", queue_capacity=100_000))
     tb.advance(10)
     before = tb.operator_stats()["A"]
     tb.advance(400)
     after = tb.operator_stats()["A"]
     n = after["processed"] - before["processed"]
-    soj = (after["mean_sojourn_ms"] * after["processed"] - before["mean_sojourn_ms"] * before["processed"]) / n
+    total = lambda st: st["mean_sojourn_ms"] * st["processed"]  # noqa: E731
+    soj = (total(after) - total(before)) / n
     assert n / 400 == pytest.approx(600.0, rel=0.02)
     assert soj == pytest.approx(1.0 / (1 - 0.6), rel=0.05)
     # without sharing the three instances would each be M/M/1 at rho 0.2: 1.25 ms
