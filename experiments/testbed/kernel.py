@@ -17,6 +17,23 @@ Model of one instance (global index ``i``, operator ``s.inst_op[i]``):
 * sources: the ring is the external backlog (Kafka lag), filled by ``EXT`` events; a source
   without a service time serves in zero time.
 
+Shared cores (``mf[F_CORES]`` = the job's cores, 0 = unlimited): a service of drawn service time
+S (``svc_pool * mean * slow``, any instance with S > 0, sources included) whose operator has
+``op_cpu`` = c > 0 is a **CPU phase** of c*S core-ms of work followed by a **wait phase** of
+S - c*S ms of wall time that nothing slows. The instances in their CPU phase share the cores
+egalitarian processor sharing: with n of them each progresses at ``min(1, cores / n)`` core-ms
+per ms. Since they all progress at the same rate, one virtual clock ``mf[F_V]`` (core-ms
+received by each of them since the last rebuild; advanced at every change of n from
+``mf[F_VT]``) orders their ends: an instance entering at virtual time V with work w ends when
+the clock reaches ``cpu_tag`` = V + w. A small heap (``c_v`` / ``c_seq`` / ``c_id``, size
+``m[M_NCPU]``) holds the tags, and one ``CPU`` event in the main heap (versioned by
+``m[M_CVER]``, superseded whenever n or the smallest tag changes) fires at the wall time the
+smallest tag is reached. That event starts the instance's wait phase (a ``COMPLETE`` after
+``wait_ms``) or, with nothing to wait, completes it at once. The instance stays ``BUSY`` through
+both phases (busy time is wall time, stretched CPU time included). With ``F_CORES`` 0 the loop
+takes exactly the unshared path (no CPU events, same draws and event order); the driver sets 0
+when the cores are not fewer than the instances that can compute.
+
 Random numbers come from pools pre-drawn by the driver (``*_pool``); when one runs low the loop
 returns ``NEED_POOL`` before the next event, the driver refills and calls again. The loop also
 returns early when the latency buffer or a source backlog is full, or the heap needs room.
@@ -32,7 +49,7 @@ from modeler._jit import HAVE_NUMBA, njit  # noqa: F401 (HAVE_NUMBA: read by cal
 
 
 # event kinds
-START, COMPLETE, WAKE, EXT, FLUSH = 0, 1, 2, 3, 4
+START, COMPLETE, WAKE, EXT, FLUSH, CPU = 0, 1, 2, 3, 4, 5
 # instance states
 IDLE, WAIT, BUSY, BLOCKED = 0, 1, 2, 3
 # time categories (acc_time columns)
@@ -43,10 +60,12 @@ G_SHUFFLE, G_KEY, G_BROADCAST, G_FORWARD = 0, 1, 2, 3
 DONE, NEED_POOL, GROW_BACKLOG, LAT_FULL, GROW_HEAP = 0, 1, 2, 3, 4
 # slots of the int64 scalar array ``m``
 M_HN, M_SEQ, M_UPOS, M_NPOS, M_LATN, M_LOW, M_ARG, M_SPILL = 0, 1, 2, 3, 4, 5, 6, 7
-N_M = 8
+M_NCPU, M_CSEQ, M_CVER = 8, 9, 10  # shared cores: instances in CPU phase, tie counter, CPU event version
+N_M = 11
 # slots of the float64 scalar array ``mf``
 F_NET_MS, F_TIMEOUT_MS, F_NOW = 0, 1, 2
-N_F = 4
+F_CORES, F_V, F_VT = 3, 4, 5  # shared cores: cores (0 = unlimited), virtual clock, its wall time
+N_F = 6
 
 POOL_MARGIN = 8192
 """A pool whose cursor passes ``size - POOL_MARGIN`` makes the loop return for a refill."""
@@ -56,7 +75,7 @@ MAX_OUT_PER_EDGE = 4096
 STATE_FIELDS = (
     # static structure of the configuration
     "inst_op", "inst_local", "op_first", "op_par", "op_maxp", "op_is_source", "op_is_sink",
-    "op_svc_ms", "op_out_ptr", "op_out_edge",
+    "op_svc_ms", "op_cpu", "op_out_ptr", "op_out_edge",
     "e_dst", "e_kind", "e_random", "e_key_ptr", "e_key_uniform", "e_nkeys", "key_cdf", "key_kg",
     "e_hot_frac", "e_hot_kg", "e_chan_base",
     # rings
@@ -66,6 +85,9 @@ STATE_FIELDS = (
     "state", "cur_birth", "cur_arr", "cur_kg", "pend_k", "pend_rem", "pend_tot", "pend_tgt",
     "pend_kg", "blocked_on", "wait_head", "wait_tail", "wait_next", "in_wait", "rr",
     "pause_until", "slow", "evt_time", "evt_kind", "evt_ver",
+    # shared cores: the current service's start and S (also kept without sharing, for a rebuild
+    # that turns sharing on), its wait phase, CPU-phase flag and virtual end; the tag heap
+    "svc_t0", "svc_len", "wait_ms", "cpu_on", "cpu_tag", "c_v", "c_seq", "c_id",
     # sources
     "ext_next", "ext_rate", "ext_ver",
     # batching channels
@@ -214,6 +236,69 @@ def _hpop(h_t, h_seq, h_kind, h_id, h_ver, m):
 
 
 @njit(cache=True)
+def _cpush(c_v, c_seq, c_id, m, v, idx):
+    """Shared cores: instance idx enters its CPU phase, ending at virtual time v."""
+    n = m[M_NCPU]
+    seq = m[M_CSEQ]
+    m[M_CSEQ] = seq + 1
+    i = n
+    while i > 0:
+        p = (i - 1) >> 1
+        vp = c_v[p]
+        if vp < v or (vp == v and c_seq[p] < seq):
+            break
+        c_v[i] = vp
+        c_seq[i] = c_seq[p]
+        c_id[i] = c_id[p]
+        i = p
+    c_v[i] = v
+    c_seq[i] = seq
+    c_id[i] = idx
+    m[M_NCPU] = n + 1
+
+
+@njit(cache=True)
+def _cpop(c_v, c_seq, c_id, m):
+    """Shared cores: drop the smallest virtual end (its CPU phase is over)."""
+    n = m[M_NCPU] - 1
+    m[M_NCPU] = n
+    if n == 0:
+        return
+    v = c_v[n]
+    seq = c_seq[n]
+    idx = c_id[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n:
+            if c_v[c + 1] < c_v[c] or (c_v[c + 1] == c_v[c] and c_seq[c + 1] < c_seq[c]):
+                c += 1
+        if v < c_v[c] or (v == c_v[c] and seq < c_seq[c]):
+            break
+        c_v[i] = c_v[c]
+        c_seq[i] = c_seq[c]
+        c_id[i] = c_id[c]
+        i = c
+    c_v[i] = v
+    c_seq[i] = seq
+    c_id[i] = idx
+
+
+@njit(cache=True)
+def _cpu_event(h_t, h_seq, h_kind, h_id, h_ver, m, c_v, c_id, now, vnow, speed):
+    """Shared cores: (re)schedule the one CPU event at the wall time the smallest virtual end is
+    reached at the current speed (the earlier one becomes stale)."""
+    t = now + (c_v[0] - vnow) / speed
+    if t < now:  # rounding: the virtual clock was advanced a hair past the tag
+        t = now
+    v = m[M_CVER] + 1
+    m[M_CVER] = v
+    _hpush(h_t, h_seq, h_kind, h_id, h_ver, m, t, CPU, c_id[0], v)
+
+
+@njit(cache=True)
 def _ship(s, c, now):
     """Send output buffer c: its tuples arrive together after one network delay."""
     n = s.chan_n[c]
@@ -281,6 +366,7 @@ def run(s, t_end):
     op_maxp = s.op_maxp
     op_is_sink = s.op_is_sink
     op_svc_ms = s.op_svc_ms
+    op_cpu = s.op_cpu
     op_out_ptr = s.op_out_ptr
     op_out_edge = s.op_out_edge
     e_dst = s.e_dst
@@ -324,6 +410,14 @@ def run(s, t_end):
     evt_time = s.evt_time
     evt_kind = s.evt_kind
     evt_ver = s.evt_ver
+    svc_t0 = s.svc_t0
+    svc_len = s.svc_len
+    wait_ms = s.wait_ms
+    cpu_on = s.cpu_on
+    cpu_tag = s.cpu_tag
+    c_v = s.c_v
+    c_seq = s.c_seq
+    c_id = s.c_id
     ext_next = s.ext_next
     ext_rate = s.ext_rate
     ext_ver = s.ext_ver
@@ -362,6 +456,7 @@ def run(s, t_end):
     PEXT = ext_pool.shape[1]
     net_base = mf[F_NET_MS]
     timeout = mf[F_TIMEOUT_MS]
+    cores = mf[F_CORES]
     B = chan_birth.shape[1]
     batching = B > 1
 
@@ -421,7 +516,30 @@ def run(s, t_end):
                 _ship(s, i, now)
             continue
         else:
-            if ver != evt_ver[i]:
+            if kind == CPU:
+                if ver != m[M_CVER]:
+                    continue
+                # the smallest virtual end is reached: that instance's CPU phase is over
+                i = c_id[0]
+                vnow = c_v[0]
+                _cpop(c_v, c_seq, c_id, m)
+                mf[F_V] = vnow
+                mf[F_VT] = now
+                cpu_on[i] = 0
+                nc = m[M_NCPU]
+                if nc > 0:
+                    _cpu_event(h_t, h_seq, h_kind, h_id, h_ver, m, c_v, c_id, now, vnow,
+                               1.0 if nc <= cores else cores / nc)
+                wt = wait_ms[i]
+                if wt > 0.0:  # the wait phase: wall time nothing slows
+                    v_ = evt_ver[i] + 1
+                    evt_ver[i] = v_
+                    evt_time[i] = now + wt
+                    evt_kind[i] = COMPLETE
+                    _hpush(h_t, h_seq, h_kind, h_id, h_ver, m, now + wt, COMPLETE, i, v_)
+                    continue
+                kind = COMPLETE  # nothing to wait for: complete now
+            elif ver != evt_ver[i]:
                 continue
             evt_kind[i] = -1
             if kind == COMPLETE:
@@ -663,11 +781,34 @@ def run(s, t_end):
                 acc_time[i, cat[i]] += now - cat_since[i]
                 cat[i] = C_BUSY
                 cat_since[i] = now
+            svc_t0[i] = now
+            svc_len[i] = svc
             v_ = evt_ver[i] + 1
             evt_ver[i] = v_
-            evt_time[i] = now + svc
-            evt_kind[i] = COMPLETE
-            _hpush(h_t, h_seq, h_kind, h_id, h_ver, m, now + svc, COMPLETE, i, v_)
+            cs = op_cpu[op]
+            if cores > 0.0 and svc > 0.0 and cs > 0.0:
+                # shared cores: enter the CPU phase (advance the virtual clock at the old speed)
+                work = cs * svc
+                wait_ms[i] = svc - work
+                nc = m[M_NCPU]
+                spd = 1.0 if nc <= cores else cores / nc
+                vnow = mf[F_V] + (now - mf[F_VT]) * spd
+                mf[F_V] = vnow
+                mf[F_VT] = now
+                tag = vnow + work
+                cpu_tag[i] = tag
+                cpu_on[i] = 1
+                _cpush(c_v, c_seq, c_id, m, tag, i)
+                nc += 1
+                spd2 = 1.0 if nc <= cores else cores / nc
+                evt_time[i] = now + work / spd2  # an estimate: the speed may change
+                evt_kind[i] = CPU
+                if spd2 != spd or c_id[0] == i:  # otherwise the pending CPU event still holds
+                    _cpu_event(h_t, h_seq, h_kind, h_id, h_ver, m, c_v, c_id, now, vnow, spd2)
+            else:
+                evt_time[i] = now + svc
+                evt_kind[i] = COMPLETE
+                _hpush(h_t, h_seq, h_kind, h_id, h_ver, m, now + svc, COMPLETE, i, v_)
             w = wait_head[i]
             if w >= 0:  # a slot freed: wake the first upstream instance blocked on this one
                 nxt = wait_next[w]

@@ -9,6 +9,15 @@ Units: rates tuples/s, times ms inside (``_ms``), simulated seconds in the API (
 simulated time 0 is ``TestbedConfig.start_time``; ``read``'s ``since_s`` and ``as_of_s`` are
 epoch seconds of that clock (``start_time`` + simulated time), like a real engine's.
 See ``docs/testbed.md`` for the semantics of every metric.
+
+Shared cores (the model's ``cores``, issue 23): each service of drawn service time S is a CPU
+phase of ``cpu_share`` x S core-ms, shared egalitarian by all instances then in their CPU phase
+(each at min(1, cores / n) of a core), then a wait of the rest of S that nothing slows. With
+``cores`` None or not fewer than the instances that compute (a service time > 0 and
+``cpu_share`` > 0) the kernel takes its unshared path: results are identical to the testbed
+without cores. ``busy_ms`` stays wall time from service start to completion. At a rebuild
+(rescale, restart) the carried instances keep their remaining CPU work (``_cpu_left``); a
+restarted instance's tuple is replayed, so it leaves the CPU phase.
 """
 
 from __future__ import annotations
@@ -804,7 +813,7 @@ class Testbed:
         contents: list[list[tuple]] = [[] for _ in range(N)]  # per new instance: [(birth, arr, kg)]
         per = {}  # scalar fields
         fields_f = ("cur_birth", "cur_arr", "pause_until", "evt_time", "ext_next", "ext_rate", "last_arr",
-                    "cat_since", "q_since")
+                    "cat_since", "q_since", "svc_t0", "svc_len", "wait_ms")
         fields_i = ("state", "cur_kg", "pend_k", "pend_rem", "pend_tot", "pend_tgt", "pend_kg", "cat",
                     "evt_kind", "ext_ver")
         for f in fields_f:
@@ -824,6 +833,10 @@ class Testbed:
             for k, e in enumerate(self._out[v]):
                 rr[i, k] = inst_local[i] % new_p[self._opi[self._edges[e].target]]
         events = []  # (time, kind, instance)
+        svc_ms = np.array([self._svc_ms(v, new_p[v]) for v in range(nops)])
+        cores = self._cores_of(svc_ms, new_p)
+        cpu_left = self._cpu_left(old, now, cores > 0) if old is not None else None
+        in_cpu = []  # (remaining CPU work in core-ms, new instance) carried into the CPU phase
 
         def new_index_of_old(j):
             v = int(old.inst_op[j])
@@ -852,7 +865,13 @@ class Testbed:
                     b, a, g = self._ring(io)
                     contents[inew].append((b, a, g))
                     if st == K.BUSY:
-                        events.append((old.evt_time[io], K.COMPLETE, inew))
+                        left = cpu_left[io]
+                        if left < 0:  # no CPU work left (or no sharing before and after)
+                            events.append((old.evt_time[io], K.COMPLETE, inew))
+                        elif cores > 0:
+                            in_cpu.append((left, inew))
+                        else:  # sharing ends: the rest of the CPU phase at full speed, then the wait
+                            events.append((now + left + per["wait_ms"][inew], K.COMPLETE, inew))
                     elif st == K.WAIT:
                         events.append((old.evt_time[io], K.START, inew))
                     elif st == K.BLOCKED:
@@ -975,10 +994,12 @@ class Testbed:
         mf[K.F_NET_MS] = self._net_ms
         mf[K.F_TIMEOUT_MS] = self._timeout_ms
         mf[K.F_NOW] = now
+        mf[K.F_CORES] = cores
+        mf[K.F_VT] = now
+        m[K.M_NCPU] = 0
         H = 4 * N + 4 * nchan + 1024
         out_ptr = np.zeros(nops + 1, dtype=np.int64)
         out_ptr[1:] = np.cumsum([len(o) for o in self._out])
-        svc_ms = np.array([self._svc_ms(v, new_p[v]) for v in range(nops)])
         e_dst = np.array([self._opi[e.target] for e in self._edges], dtype=np.int64)
         kind = np.array([_GROUPING[e.grouping] for e in self._edges], dtype=np.int64)
         rand = np.array([1 if (e.grouping == "shuffle" and self.cfg.shuffle == "random") else 0
@@ -987,6 +1008,7 @@ class Testbed:
         st = K.State(
             inst_op=inst_op, inst_local=inst_local, op_first=op_first, op_par=p, op_maxp=self._maxp,
             op_is_source=self._is_source, op_is_sink=self._is_sink, op_svc_ms=svc_ms,
+            op_cpu=np.array([op.cpu_share for op in self._ops], dtype=float),
             op_out_ptr=out_ptr, op_out_edge=np.array([e for o in self._out for e in o] or [0], dtype=np.int64),
             e_dst=e_dst if len(e_dst) else np.zeros(1, dtype=np.int64),
             e_kind=kind if len(kind) else np.zeros(1, dtype=np.int64),
@@ -1008,6 +1030,9 @@ class Testbed:
             in_wait=np.zeros(N, dtype=np.int64), rr=rr,
             pause_until=per["pause_until"], slow=np.ones(N), evt_time=per["evt_time"],
             evt_kind=per["evt_kind"], evt_ver=np.zeros(N, dtype=np.int64),
+            svc_t0=per["svc_t0"], svc_len=per["svc_len"], wait_ms=per["wait_ms"],
+            cpu_on=np.zeros(N, dtype=np.int64), cpu_tag=np.zeros(N), c_v=np.zeros(N),
+            c_seq=np.zeros(N, dtype=np.int64), c_id=np.zeros(N, dtype=np.int64),
             ext_next=per["ext_next"], ext_rate=per["ext_rate"], ext_ver=per["ext_ver"],
             chan_n=np.zeros(nchan, dtype=np.int64), chan_first=np.zeros(nchan),
             chan_ver=np.zeros(nchan, dtype=np.int64), chan_dst=np.array(chan_dst, dtype=np.int64),
@@ -1030,3 +1055,47 @@ class Testbed:
                 K.hpush(st, float(t), K.EXT, int(i), int(st.ext_ver[i]))
             else:
                 K.schedule(st, int(i), float(t), kind_)
+        if in_cpu:
+            # the carried CPU phases restart the virtual clock at 0: a sorted array is a heap
+            in_cpu.sort()
+            k = len(in_cpu)
+            speed = min(1.0, cores / k)
+            for pos, (left, i) in enumerate(in_cpu):
+                st.c_v[pos], st.c_seq[pos], st.c_id[pos] = left, pos, i
+                st.cpu_tag[i], st.cpu_on[i] = left, 1
+                st.evt_time[i], st.evt_kind[i] = now + left / speed, K.CPU
+            m[K.M_NCPU] = k
+            m[K.M_CSEQ] = k
+            m[K.M_CVER] += 1
+            K.hpush(st, now + in_cpu[0][0] / speed, K.CPU, in_cpu[0][1], int(m[K.M_CVER]))
+
+    def _cores_of(self, svc_ms: np.ndarray, p: Sequence[int]) -> float:
+        """The kernel's ``F_CORES``: the model's cores, or 0 (unlimited: the unshared path) when
+        there are none or they are not fewer than the instances that can compute at once."""
+        cores = self.model.cores
+        if cores is None:
+            return 0.0
+        computing = sum(int(p[v]) for v, op in enumerate(self._ops) if svc_ms[v] > 0 and op.cpu_share > 0)
+        return float(cores) if cores < computing else 0.0
+
+    def _cpu_left(self, old, now: float, sharing: bool) -> np.ndarray:
+        """Per instance of the old arrays: CPU work (core-ms) its service still needs at ``now``,
+        or -1 when it is not in a CPU phase (not busy, waiting, or no sharing before and after).
+        Old sharing: tag minus the virtual clock advanced to now. No old sharing but new sharing:
+        the CPU phase the service would have had (cpu_share x S from its start, at full speed)."""
+        left = np.full(len(old.inst_op), -1.0)
+        old_cores = float(old.mf[K.F_CORES])
+        if old_cores > 0:
+            n = int(old.m[K.M_NCPU])
+            speed = 1.0 if n <= old_cores else old_cores / n
+            vnow = old.mf[K.F_V] + (now - old.mf[K.F_VT]) * speed
+            on = (old.cpu_on == 1) & (old.state == K.BUSY)
+            left[on] = np.maximum(old.cpu_tag[on] - vnow, 0.0)
+        elif sharing:
+            share = np.array([op.cpu_share for op in self._ops])[old.inst_op]
+            work = share * old.svc_len
+            done = now - old.svc_t0
+            on = (old.state == K.BUSY) & (work > 0) & (done < work)
+            left[on] = work[on] - done[on]
+            old.wait_ms[on] = old.svc_len[on] - work[on]  # as the kernel sets it at a start
+        return left
