@@ -35,6 +35,18 @@ What is fitted, and the rules:
   None = unbounded, the model without blocking. Queue-length gauges cannot measure it below
   saturation (a buffer that is never full leaves no trace), and the queueing model needs it
   only where it fills.
+* **CPU share** (shared cores: the topology gives ``resources``, ``modeler.queueing`` "Shared
+  cores"). A window's busy time per tuple is the base service stretched by the wait for a core,
+  E[S] (1 + c (stretch - 1)), and the stretch depends on every operator's load, CPU share and
+  parallelism in that window. So E[S] and c of every measured operator are fitted jointly
+  (scipy's bounded ``least_squares``, at most ``cpu_max_evaluations`` model evaluations): the
+  model's stretch in each window (``queueing.core_stretch`` at the window's configuration and
+  input rate) against the measured service, relative errors weighted by tuples. It needs
+  windows whose stretch differs (different total parallelism or load): an operator whose
+  windows span less than ``min_stretch_range`` of stretch even with every share at 1 keeps the
+  topology's c (default 1, all CPU: the conservative choice, reported as assumed). Its error
+  is in-sample (one joint fit; no K-fold refits). With shared cores the contention form is not
+  fitted: slowdown with parallelism is what the cores explain.
 * **Per-hop delay** when end-to-end latency was measured: the median excess of measured over
   predicted (delay-free) latency per hop, in steady-state windows below 80 % utilization.
 
@@ -51,6 +63,7 @@ from typing import Any, Mapping
 import networkx as nx
 import numpy as np
 import pandas as pd
+from scipy.optimize import least_squares
 
 from modeler.errors import CalibrationError
 from modeler.keys import instance_shares, key_group_weights
@@ -109,6 +122,11 @@ class CalibrationConfig:
     """The engine's input buffer per operator instance, tuples waiting (its configuration:
     ``flink_buffer_tuples``, the testbed's ``queue_capacity``), written to the model when the
     topology gives none; None = unbounded (no blocking)."""
+    cpu_max_evaluations: int = 400
+    """Most model evaluations of the joint CPU-share fit (shared cores)."""
+    min_stretch_range: float = 0.05
+    """An operator's windows must span at least this much stretch (max - min) for its CPU share
+    to be fitted (shared cores); else the topology's is kept."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +161,8 @@ class OperatorFit:
     scaling: ScalingSpec
     parallelism: int
     parallelisms_seen: tuple[int, ...]
+    cpu_share: ParameterFit | None = None
+    """Fitted with shared cores only (None: the topology's is kept)."""
 
 
 @dataclass(frozen=True)
@@ -216,13 +236,18 @@ class Calibrator:
             rows = ops[ops["operator"] == spec.name]
             if spec.is_source and spec.service_time_ms is None:
                 continue
-            self.operators_[spec.name] = _fit_operator(spec, rows, cfg)
+            self.operators_[spec.name] = _fit_operator(spec, rows, cfg,
+                                                       contention=topology.cores is None)
 
         self.edges_: dict[tuple[str, str], EdgeFit] = {}
         for spec in topology.edges:
             self.edges_[(spec.source, spec.target)] = _fit_edge(spec, ops, edges, topology, cfg)
 
         draft = self._assemble(topology, network_delay_ms=0.0)
+        if topology.cores is not None:
+            for name, fit in _fit_cpu_shares(draft, ops, cfg, self.operators_).items():
+                self.operators_[name] = fit
+            draft = self._assemble(topology, network_delay_ms=0.0)
         scvs, self.queue_in_flight_ms_ = _fit_scv_through_model(draft, ops, cfg)
         for name, scv in scvs.items():
             self.operators_[name] = replace(self.operators_[name], service_scv=scv)
@@ -245,6 +270,7 @@ class Calibrator:
             operators.append(replace(
                 spec, service_time_ms=fit.service_time_ms.value, service_scv=fit.service_scv.value,
                 scaling=fit.scaling, parallelism=min(max(fit.parallelism, spec.min_parallelism), spec.max_parallelism),
+                cpu_share=fit.cpu_share.value if fit.cpu_share is not None else spec.cpu_share,
             ))
         edges = []
         for spec in topology.edges:
@@ -268,6 +294,8 @@ class Calibrator:
                 {"form": "contention", "overhead": fit.scaling.overhead},
                 "parallelisms_seen": list(fit.parallelisms_seen),
             }
+            if fit.cpu_share is not None:
+                ops[name]["cpu_share"] = fit.cpu_share.to_dict()
         edges = {}
         for (u, v), fit in self.edges_.items():
             entry: dict[str, Any] = {"selectivity": fit.selectivity.to_dict(), "grouping": fit.grouping}
@@ -301,7 +329,8 @@ def _job_name(ops: pd.DataFrame) -> str:
     return "job"
 
 
-def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig) -> OperatorFit:
+def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig,
+                  contention: bool = True) -> OperatorFit:
     if rows.empty:
         raise CalibrationError("no metric windows for this operator in the history",
                                field="operator", value=spec.name)
@@ -334,15 +363,87 @@ def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig
     constant = _weighted_ratio_fit(service * tuples, tuples, service, cfg.folds)
     scaling = ScalingSpec()
     service_fit = constant
-    if len(seen) >= 2:
-        contention = _fit_contention(service, p, tuples, cfg.folds)
-        if contention is not None and contention[1].holdout_error < constant.holdout_error \
+    if len(seen) >= 2 and contention:
+        fitted = _fit_contention(service, p, tuples, cfg.folds)
+        if fitted is not None and fitted[1].holdout_error < constant.holdout_error \
                 and _slowdown_beyond_noise(service, p, tuples):
-            overhead, service_fit = contention
+            overhead, service_fit = fitted
             scaling = ScalingSpec(form="contention", overhead=overhead)
 
     return OperatorFit(service_time_ms=service_fit, service_scv=scv, scaling=scaling,
                        parallelism=latest, parallelisms_seen=seen)
+
+
+def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
+                    fits: Mapping[str, OperatorFit]) -> dict[str, OperatorFit]:
+    """Base service time and CPU share per operator under shared cores (module docstring, "CPU
+    share"): alternate the model's stretch per window with a weighted line per operator."""
+    from modeler.queueing import compile_model, core_stretch
+
+    windows, compiled, P, R = _window_inputs(model, ops)
+    if not windows:
+        return {}
+    row_of = {w: i for i, w in enumerate(windows)}
+    measured: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for name, fit in fits.items():
+        if fit.service_time_ms.source != "measured" or compiled.service_s[compiled.index[name]] <= 0:
+            continue  # a light or assumed service time: too coarse to split
+        rows = ops[(ops["operator"] == name) & ops["window_start"].isin(row_of)]
+        busy = rows["busy_fraction_mean"].to_numpy(float)
+        service = rows["service_time_ms"].to_numpy(float)
+        rate = rows["processed_rate"].to_numpy(float)
+        ok = (busy >= cfg.min_busy_fraction) & np.isfinite(service) & (service > 0) & np.isfinite(rate) & (rate > 0)
+        idx = np.array([row_of[w] for w in rows["window_start"][ok]], dtype=np.int64)
+        measured[name] = (idx, service[ok], rate[ok])
+    names = [n for n, (idx, _, _) in measured.items() if len(idx) >= cfg.min_windows]
+    if not names:
+        return {}
+    cols = [compiled.index[n] for n in names]
+
+    def with_params(theta: np.ndarray) -> JobModel:
+        values = dict(zip(names, zip(theta[: len(names)], theta[len(names):])))
+        return replace(model, operators=tuple(
+            replace(op, service_time_ms=float(values[op.name][0]), cpu_share=float(values[op.name][1]))
+            if op.name in values else op for op in model.operators))
+
+    def stretches(theta: np.ndarray) -> np.ndarray:
+        return core_stretch(compile_model(with_params(theta)), P, R)
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        f = stretches(theta)
+        out = []
+        for k, (name, j) in enumerate(zip(names, cols)):
+            idx, service, weight = measured[name]
+            pred = theta[k] * (1.0 + theta[len(names) + k] * (f[idx, j] - 1.0))
+            out.append(np.sqrt(weight / weight.sum()) * (pred - service) / service)
+        return np.concatenate(out)
+
+    # Start from each operator's least-stretched service, all CPU (the most contention the
+    # windows could show): an operator whose windows differ too little in stretch even then
+    # cannot tell its CPU share, which stays the topology's.
+    start_s = np.array([float(np.min(measured[n][1])) for n in names])
+    start_f = stretches(np.concatenate([start_s, np.ones(len(names))]))
+    free = np.array([np.ptp(start_f[measured[n][0], j]) >= cfg.min_stretch_range for n, j in zip(names, cols)])
+    fixed_c = np.array([model.operator(n).cpu_share for n in names])
+    lo = np.concatenate([np.full(len(names), 1e-9), np.where(free, 0.0, fixed_c - 1e-12)])
+    hi = np.concatenate([np.full(len(names), np.inf), np.where(free, 1.0, fixed_c + 1e-12)])
+    theta0 = np.concatenate([start_s, np.where(free, 0.5, fixed_c)])
+    result = least_squares(residuals, np.clip(theta0, lo, hi), bounds=(lo, hi), x_scale="jac",
+                           max_nfev=cfg.cpu_max_evaluations)
+    theta = result.x
+    f = stretches(theta)
+    out: dict[str, OperatorFit] = {}
+    for k, (name, j) in enumerate(zip(names, cols)):
+        idx, service, weight = measured[name]
+        share = float(theta[len(names) + k]) if free[k] else float(fixed_c[k])
+        base = service / (1.0 + share * (f[idx, j] - 1.0))  # each window's service without the wait for a core
+        s_fit = _weighted_ratio_fit(base * weight, weight, base, cfg.folds)
+        pred = float(theta[k]) * (1.0 + share * (f[idx, j] - 1.0))
+        c_fit = ParameterFit(value=share, samples=len(idx), spread=float(np.ptp(f[idx, j])),
+                             holdout_error=float(np.median(np.abs(pred - service) / service)) if free[k]
+                             else float("nan"), source="measured" if free[k] else "assumed")
+        out[name] = replace(fits[name], service_time_ms=replace(s_fit, value=float(theta[k])), cpu_share=c_fit)
+    return out
 
 
 def _fit_light_service_time(rows: pd.DataFrame, cfg: CalibrationConfig) -> ParameterFit | None:

@@ -1058,7 +1058,13 @@ class _SharedCores:
         solved = live & done & (rate > self._known_rate)
         self._known_rate = np.where(solved, rate, self._known_rate)
         self._known_stretch = np.where(solved[:, None], stretch, self._known_stretch)
+        self.last_stretch = stretch
         return self.ES + work * (stretch - 1.0)
+
+    def stretch_at(self, rate: np.ndarray) -> np.ndarray:
+        """The stretch itself [n, V] at input rate ``rate`` [n] (``at``'s fixed point)."""
+        self.at(rate)
+        return self.last_stretch
 
     def max_rate(self, plain: np.ndarray, hot_share: np.ndarray) -> np.ndarray:
         """Where the hottest instance's stretched utilization reaches 1 (``_utilization_root``).
@@ -1509,15 +1515,12 @@ def predict_batch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.nda
                            **columns)
 
 
-def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> BatchPrediction:
-    """``predict_batch`` on one block: ``P`` [n, V] int64, ``R`` [n] float."""
+def _traffic(compiled: CompiledModel, P: np.ndarray) -> tuple[np.ndarray, list, dict]:
+    """Traffic per unit input rate at parallelism ``P`` [n, V]: visit ratios [n, V], each
+    operator's instance classes (``_Classes``) and the flow on every edge per unit input rate."""
     n, V = P.shape
     Pf = P.astype(float)
     inv_p = 1.0 / Pf
-    ES = compiled.service_at(P)  # seconds per tuple per instance
-    has_capacity = compiled.service_s > 0
-
-    # 1. Traffic per unit input rate (visit ratios) and per-instance shares.
     visit = np.zeros((n, V))
     classes: list[_Classes] = []
     edge_flow: dict[tuple[int, int], np.ndarray] = {}
@@ -1555,7 +1558,41 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
             share = sum(f[:, None] * c.share for f, c in zip(flows, exp)) / safe
             share = np.where(total[:, None] > 0, share, exp[0].share)
             classes.append(_Classes(share=share, count=(share > 0).astype(float)))
+    return visit, classes, edge_flow
 
+
+def core_stretch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.ndarray | float) -> np.ndarray:
+    """The stretch of CPU work [n, V] (1 = no waiting for a core) at configurations
+    ``parallelism`` [n, V] and input rates ``rate``, below saturation (a rate above a row's max
+    rate is taken at its max rate): what calibration divides measured busy time by. All ones
+    without shared cores."""
+    P = np.atleast_2d(np.asarray(parallelism, dtype=np.int64))
+    n, V = P.shape
+    R = np.broadcast_to(np.asarray(rate, dtype=float), (n,)).astype(float)
+    if compiled.cores is None:
+        return np.ones((n, V))
+    ES = compiled.service_at(P)
+    visit, classes, _ = _traffic(compiled, P)
+    hot_share = np.stack([c.share.max(axis=1) if c.width > 1 else c.share[:, 0] for c in classes], axis=1)
+    cores = _SharedCores(compiled, classes, visit, ES, P.astype(float))
+    has_capacity = compiled.service_s > 0
+    with np.errstate(divide="ignore"):
+        worst = np.where(has_capacity, visit * hot_share * ES, 0.0).max(axis=1)
+        plain = np.where(worst > 0, 1.0 / worst, np.inf)
+    max_rate = cores.max_rate(plain, hot_share)
+    return cores.stretch_at(np.minimum(R, max_rate * (1 - 1e-9)))
+
+
+def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> BatchPrediction:
+    """``predict_batch`` on one block: ``P`` [n, V] int64, ``R`` [n] float."""
+    n, V = P.shape
+    Pf = P.astype(float)
+    inv_p = 1.0 / Pf
+    ES = compiled.service_at(P)  # seconds per tuple per instance
+    has_capacity = compiled.service_s > 0
+
+    # 1. Traffic per unit input rate (visit ratios) and per-instance shares.
+    visit, classes, edge_flow = _traffic(compiled, P)
     hot_share = np.stack([c.share.max(axis=1) if c.width > 1 else c.share[:, 0] for c in classes], axis=1)
     # Utilization of the hottest instance per unit of input rate.
     hot_load = visit * hot_share * ES

@@ -379,3 +379,68 @@ def test_an_operator_below_the_timers_resolution_gets_its_pooled_service_time():
     loaded = [dict(r, busy_fraction_mean=0.02, service_time_ms=0.02) for r in rows]
     with pytest.raises(CalibrationError, match="'a'.*never loaded"):
         Calibrator().fit(*_chain_history(loaded))
+
+
+def _shared_core_history(truth, configs, loads):
+    """Windows the model ``truth`` itself predicts (busy time per tuple includes the wait for a
+    core) at each configuration and fraction of its max rate."""
+    ops, edges, i = [], [], 0
+    for config in configs:
+        cap = predict(truth, config, 1.0).max_rate
+        for load in loads:
+            pred = predict(truth, config, load * cap)
+            ts = T0 + pd.Timedelta(seconds=10 * i)
+            i += 1
+            for name in truth.operator_names:
+                op = pred.operators[name]
+                service = op.utilization * op.parallelism / op.processed_rate * 1000.0 if op.utilization else np.nan
+                ops += [{"window_start": ts, "window_s": 10.0, "job": "j", "operator": name,
+                         "is_source": name == "src", "queue_len_mean": np.nan, "backpressure_fraction": 0.0,
+                         "max_instance_share": np.nan, "latency_ms_mean": np.nan, "parallelism": op.parallelism,
+                         "processed_rate": op.processed_rate, "busy_fraction_mean": op.utilization,
+                         "service_time_ms": service}]
+            for e in truth.edges:
+                edges.append({"window_start": ts, "window_s": 10.0, "job": "j", "source_op": e.source,
+                              "target_op": e.target, "rate": pred.operators[e.source].processed_rate,
+                              "selectivity": 1.0})
+    return pd.DataFrame(ops), pd.DataFrame(edges)
+
+
+def test_cpu_shares_and_base_service_are_recovered_from_windows_at_different_parallelisms():
+    raw = {"augury": 1, "job": "j", "resources": {"cores": 2}, "operators": [
+        {"name": "src", "role": "source"},
+        {"name": "a", "service_time_ms": 1.0, "cpu_share": 1.0, "max_parallelism": 8},
+        {"name": "b", "service_time_ms": 2.0, "cpu_share": 0.3, "max_parallelism": 8}],
+        "edges": [{"from": "src", "to": "a"}, {"from": "a", "to": "b"}]}
+    truth = parse_model(raw)
+    ops, edges = _shared_core_history(truth, [{"a": 1, "b": 1}, {"a": 2, "b": 3}, {"a": 4, "b": 4},
+                                              {"a": 3, "b": 6}], [0.3, 0.5, 0.7])
+    topology = parse_model({**raw, "operators": [{k: v for k, v in op.items() if k not in
+                                                  ("service_time_ms", "cpu_share")} for op in raw["operators"]]},
+                           require_profiles=False)
+    assert all(op.cpu_share == 1.0 for op in topology.operators)  # the conservative default
+    fitted = Calibrator().fit(ops, edges, topology=topology)
+    for name, service, share in (("a", 1.0, 1.0), ("b", 2.0, 0.3)):
+        fit = fitted.operators_[name]
+        assert fit.cpu_share.source == "measured"
+        assert fit.cpu_share.value == pytest.approx(share, abs=0.01)
+        assert fit.service_time_ms.value == pytest.approx(service, rel=0.01)
+        assert fit.scaling.form == "linear"  # the cores explain the slowdown, not contention
+    model = fitted.model_
+    assert model.cores == 2.0 and model.operator("b").cpu_share == pytest.approx(0.3, abs=0.01)
+    assert predict(model, {"a": 4, "b": 4}, 1.0).max_rate == pytest.approx(
+        predict(truth, {"a": 4, "b": 4}, 1.0).max_rate, rel=0.01)
+    assert fitted.calibration_section()["operators"]["b"]["cpu_share"]["value"] == pytest.approx(0.3, abs=0.01)
+
+
+def test_without_spread_in_stretch_the_cpu_share_stays_the_topologys():
+    raw = {"augury": 1, "job": "j", "resources": {"cores": 16}, "operators": [
+        {"name": "src", "role": "source"}, {"name": "a", "service_time_ms": 1.0, "max_parallelism": 8}],
+        "edges": [{"from": "src", "to": "a"}]}
+    truth = parse_model(raw)
+    ops, edges = _shared_core_history(truth, [{"a": 1}, {"a": 2}, {"a": 4}], [0.3, 0.6])
+    topology = parse_model({**raw, "operators": [raw["operators"][0], {"name": "a", "max_parallelism": 8}]},
+                           require_profiles=False)
+    fit = Calibrator().fit(ops, edges, topology=topology).operators_["a"]
+    assert fit.cpu_share.source == "assumed" and fit.cpu_share.value == 1.0
+    assert fit.service_time_ms.value == pytest.approx(1.0, rel=1e-6)
