@@ -201,3 +201,32 @@ def test_the_max_parallelism_falls_back_to_the_jobs_and_may_be_absent():
     topo = topology(*_broken("q1", strip_all))
     assert all("max_parallelism" not in o for o in topo["operators"])
     assert parse_model(topo, require_profiles=False).operator("Calc").max_parallelism == 128
+
+
+def test_a_source_without_busy_time_is_observed_with_its_records_and_no_service_time():
+    # what FlinkMetricsSource writes for the SQL datagen source (busy time NaN): no time rows
+    from scheduler.interfaces import MetricsBatch
+    from scheduler.observe import job_windows
+
+    stamp = "2026-11-29T15:00:00+00:00"
+    rows = [(stamp, 5.0, "q1", "bid", 0, "records_in", 100_000.0, None),
+            (stamp, 5.0, "q1", "bid", 0, "records_out", 100_000.0, "Calc"),
+            (stamp, 5.0, "q1", "bid", 0, "parallelism", 1.0, None)]
+    for i in range(2):
+        rows += [(stamp, 5.0, "q1", "Calc", i, "records_in", 50_000.0, None),
+                 (stamp, 5.0, "q1", "Calc", i, "busy_ms", 250.0, None),
+                 (stamp, 5.0, "q1", "Calc", i, "idle_ms", 4750.0, None),
+                 (stamp, 5.0, "q1", "Calc", i, "backpressured_ms", 0.0, None)]
+    batch = MetricsBatch(as_of_s=0.0, rows=tuple(rows), config={"bid": 1, "Calc": 2}, window_s=5.0)
+    (window,) = job_windows(batch, sources=["bid"])
+    assert window.operators["bid"].processed_rate == 20_000.0
+    assert window.operators["bid"].service_time_ms is None and window.operators["bid"].busy_max == 0.0
+    assert window.operators["Calc"].service_time_ms == pytest.approx(0.005)
+    assert not window.restarting
+    # an operator that is not a source still needs its busy time
+    from scheduler.observe import MalformedMetrics
+    with pytest.raises(MalformedMetrics) as err:
+        job_windows(MetricsBatch(as_of_s=0.0, rows=tuple(r for r in rows if not (r[3] == "Calc" and r[4] == 1
+                                                                                  and r[5] == "busy_ms")),
+                                 config={"bid": 1, "Calc": 2}, window_s=5.0), sources=["bid"])
+    assert err.value.field == "Calc[1].busy_ms"
