@@ -6,7 +6,9 @@ This is what ``augury run`` uses against a real cluster (``[metrics] source = "f
 jobs (and re-exports these names under the old module paths).
 
 Rates are tuples/s, times ms, windows s. The job graph comes from ``/jobs/<id>`` (vertices,
-parallelism, status) and ``/jobs/<id>/plan`` (edges and ship strategies). Per subtask, one request
+parallelism, status) and ``/jobs/<id>/plan`` (edges and ship strategies), read by one pure function,
+``job_graph``; ``JobGraph.topology`` turns it into a model file v1 topology (no service times)
+whose operator names are the metric rows' (``operator_names``). Per subtask, one request
 ``/jobs/<id>/vertices/<vid>/subtasks/<i>/metrics?get=...`` reads:
 
 * **cumulative counters** (mode ``counters``, the default): ``numRecordsIn``, ``numRecordsOut``,
@@ -494,9 +496,9 @@ class FlinkMetricsSource:
         # function) reports busy time NaN: it has no clock of its own, so its counters are scaled by
         # the host's interval between the two samples. That is off by up to the REST fetch interval
         # at each end (the REST cache is not refreshed for every vertex at once: another subtask's
-        # clock was no better, measured 10 500 against 20 000 rows/s once); over 5 s windows a
-        # 20 000 rows/s datagen source read 15 000 - 24 000. Its time metrics are left out (a NaN row
-        # would only be quarantined).
+        # clock was no better, measured 10 500 against 20 000 rows/s once); over two 5 s windows a
+        # 20 000 rows/s datagen source read 19 700 - 20 000 (q1, q2, q5), 30 000 (q8). Its time
+        # metrics are left out (a NaN row would only be quarantined).
         clockless_ms = (cur["t"] - prev["t"]) * 1000.0
         for v in graph.vertices:
             down = graph.downstream(v.operator)
