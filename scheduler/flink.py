@@ -56,6 +56,7 @@ from datetime import datetime, timezone
 from typing import Callable, Mapping
 
 from history.adapters.flink_rest import RATE_METRICS
+from modeler.limits import MAX_PARALLELISM
 from scheduler.interfaces import Actuation, ActuationFailed, Actuator, MetricsBatch, MetricsUnavailable
 
 COUNTERS = {
@@ -143,9 +144,9 @@ class JobGraph:
 
         Operators are the vertices (``operator`` names, as the metric rows name them), in the
         payload's order: role ``source`` for a vertex without inputs, the current parallelism and
-        the vertex's max parallelism. Edges carry the grouping of their ship strategy
-        (``grouping``); several plan inputs between the same two vertices with one grouping are one
-        edge. Raises ``MetricsUnavailable`` naming the plan field for an unknown ship strategy, two
+        the vertex's max parallelism (at most the model's ``MAX_PARALLELISM``). Edges carry the
+        grouping of their ship strategy (``grouping``); several plan inputs between the same two
+        vertices with one grouping are one edge. Raises ``MetricsUnavailable`` naming the plan field for an unknown ship strategy, two
         groupings between the same vertices, or a FORWARD edge between vertices of different
         parallelism (the model requires equal ones)."""
         targets = {e.target for e in self.edges}
@@ -156,7 +157,9 @@ class JobGraph:
                 op["role"] = "source"
             op["parallelism"] = v.parallelism
             if v.max_parallelism is not None:
-                op["max_parallelism"] = v.max_parallelism
+                # Flink allows up to 32 768 key groups, the model file 10 000 (MAX_PARALLELISM): that
+                # many key groups spread keys over any realistic parallelism evenly either way
+                op["max_parallelism"] = min(v.max_parallelism, MAX_PARALLELISM)
             operators.append(op)
         parallelism = self.config()
         edges: dict[tuple[str, str], dict] = {}

@@ -230,3 +230,11 @@ def test_a_source_without_busy_time_is_observed_with_its_records_and_no_service_
                                                                                   and r[5] == "busy_ms")),
                                  config={"bid": 1, "Calc": 2}, window_s=5.0), sources=["bid"])
     assert err.value.field == "Calc[1].busy_ms"
+
+
+def test_flinks_largest_max_parallelism_is_cut_to_the_model_files_limit():
+    def huge(j, p):
+        j["vertices"][1]["maxParallelism"] = 32768
+    topo = topology(*_broken("q1", huge))
+    assert topo["operators"][1]["max_parallelism"] == 10_000
+    parse_model(topo, require_profiles=False)
