@@ -9,7 +9,9 @@ Units: rates in tuples/s, times in ms, fractions of the window in [0, 1], window
 Validation is strict, because the loop must never act on partial or malformed metrics: a batch
 whose rows are not 8-field tuples, name unknown metrics, carry negative or non-finite values, or
 leave an operator or instance of the configuration in force without ``records_in``/``busy_ms`` in
-some window raises ``MalformedMetrics`` (a ``MetricsUnavailable``: the read counts as failed).
+some window raises ``MalformedMetrics`` (a ``MetricsUnavailable``: the read counts as failed). A
+source instance may lack ``busy_ms`` (a source task without a clock, e.g. Flink SQL's datagen): it
+counts busy 0 and has no service time.
 """
 
 from __future__ import annotations
@@ -87,7 +89,11 @@ class OperatorWindow:
 
     @property
     def service_time_ms(self) -> float | None:
-        """Mean busy ms per processed tuple over the operator."""
+        """Mean busy ms per processed tuple over the operator; None when nothing was processed or
+        no instance reported busy time (a source without a clock)."""
+        if self.instances and all(i.service_time_ms is None for i in self.instances) and \
+                any(i.processed_rate > 0 for i in self.instances):
+            return None
         busy_ms = sum(i.busy_fraction for i in self.instances)
         n = sum(i.processed_rate for i in self.instances)
         return busy_ms * 1000.0 / n if n > 0 else None
@@ -245,7 +251,10 @@ def job_windows(batch: MetricsBatch, sources: Sequence[str] | None = None,
                 except KeyError:
                     return pd.Series(dtype=float)
 
-            for name in _REQUIRED:
+            # A source task may have no clock (the SQL datagen source: Flink answers busy time NaN,
+            # so ``FlinkMetricsSource`` writes no time rows for it): its records are required, its
+            # busy time is not; it counts busy 0 and no service time (sources need none).
+            for name in _REQUIRED if op not in sources else ("records_in",):
                 have = set(int(i) for i in metric(name).index)
                 if not set(range(p)) <= have:
                     lacking = min(set(range(p)) - have)
@@ -262,7 +271,7 @@ def job_windows(batch: MetricsBatch, sources: Sequence[str] | None = None,
                     backpressure_fraction=min(float(bp.get(i, 0.0)) / (1000.0 * w), 1.0),
                     idle_fraction=min(float(idle.get(i, 0.0)) / (1000.0 * w), 1.0),
                     queue_len=float(q[i]) if i in q.index else None,
-                    service_time_ms=b / n if n > 0 else None))
+                    service_time_ms=b / n if n > 0 and i in busy.index else None))
             has_idle = len(idle) > 0
             restarting = has_idle and any(x.accounted_fraction < 0.95 for x in insts)
             lag = float(metric("source_lag").sum())

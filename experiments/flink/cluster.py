@@ -52,7 +52,7 @@ FLINK_VERSION = "2.2.1"
 """The pinned apache-flink wheel (Java 17)."""
 
 HERE = Path(__file__).resolve().parent
-JOB_SOURCES = (HERE / "jobs" / "SleepPipeline.java",)
+JOB_SOURCES = (HERE / "jobs" / "SleepPipeline.java", HERE / "jobs" / "NexmarkSql.java")
 REPORTER_SOURCES = tuple(sorted((HERE / "reporter").glob("*.java")))
 REPORTER_FACTORY = "org.apache.flink.metrics.prometheus.LoopbackPrometheusReporterFactory"
 LOOPBACK = "127.0.0.1"

@@ -1,5 +1,8 @@
 """augury's Flink test jobs (Java sources here, compiled against the wheel's lib jars).
 
+``NexmarkSql.java`` (Flink SQL, Nexmark-style q1/q2/q5/q8) has its spec and submit helper in
+``experiments/flink/sql.py``.
+
 ``SleepPipeline.java``: Source -(rebalance)-> Enrich -(hash on key)-> Aggregate -(rebalance)-> Sink.
 
 Known per-operator cost (what the model should recover from metrics):

@@ -247,3 +247,45 @@ def test_checkpoint_state_mb_over_http_and_checkpointing_off():
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def test_a_source_without_busy_time_is_scaled_by_the_sample_interval_and_has_no_time_rows():
+    # the SQL datagen source answers accumulateBusyTimeMs NaN (its work runs outside the task's
+    # mailbox thread) and idle 0: every window used to be dropped (no clock: 0 ms covered)
+    g = _graph()
+    first, second = _values(g, 100, 500, 500), _values(g, 1200, 5500, 5500)
+    for values, out in ((first, 1000.0), (second, 6000.0)):
+        values[("Source", 0)].update(numRecordsIn=0.0, numRecordsOut=out, accumulateBusyTimeMs=float("nan"),
+                                     accumulateIdleTimeMs=0.0, accumulateBackPressuredTimeMs=3.0)
+    src = FakeSource([(g, first), (g, second)])
+    frame = src.read().to_frame()
+    assert src.dropped_windows == 0
+    source = frame[frame["operator"] == "Source"].set_index("metric")["value"]
+    # 5000 records over the 10 s between the two samples (the fake clock's window)
+    assert source["records_out"] == pytest.approx(5000) and source["records_in"] == pytest.approx(5000)
+    assert not {"busy_ms", "idle_ms", "backpressured_ms"} & set(source.index)
+    agg = frame[frame["operator"] == "Aggregate"].set_index("metric")["value"]
+    assert agg["busy_ms"] + agg["idle_ms"] == pytest.approx(10_000)
+
+
+def test_nexmark_sql_spec_args_and_checks():
+    from experiments.flink.sql import NexmarkSqlSpec
+    from modeler.errors import ConfigError
+
+    spec = NexmarkSqlSpec(query="q8", rate_per_s=5000, parallelism=3)
+    args = spec.args()
+    assert args[args.index("--query") + 1] == "q8" and args[args.index("--rate") + 1] == "5000"
+    assert args[args.index("--source-parallelism") + 1] == "1" and args[args.index("--chaining") + 1] == "true"
+    assert spec.job_name == "augury-nexmark-q8"
+    assert "--source-parallelism" not in NexmarkSqlSpec(source_parallelism=None).args()
+    for bad in (dict(query="q3"), dict(rate_per_s=0), dict(parallelism=True), dict(source_parallelism=0),
+                dict(parallelism=200)):
+        with pytest.raises(ConfigError):
+            NexmarkSqlSpec(**bad)
+
+
+def test_the_sql_job_is_compiled_with_the_test_jobs():
+    from experiments.flink.cluster import JOB_SOURCES
+
+    assert {p.name for p in JOB_SOURCES} == {"SleepPipeline.java", "NexmarkSql.java"}
+    assert all(p.is_file() for p in JOB_SOURCES)
