@@ -585,8 +585,12 @@ class _Problem:
                 continue
             for v in g.members:
                 u = float(batch.max_utilization[0, v])
+                # Under blocking a fixed operator may be the bottleneck only because its receivers
+                # block it (its busy utilization is below the target): more receivers unblock it,
+                # so that is no proof (Hypothesis: buffer_tuples 0, a fixed sender at busy 0.82).
                 if self.c.service_s[v] > 0 and (u > self.U * (1 + _UTIL_EPS) or
-                                                (batch.saturated[0] and batch.bottleneck[0] == v)):
+                                                (batch.saturated[0] and batch.bottleneck[0] == v
+                                                 and not self.blocking)):
                     op = self.c.model.operator(self.c.names[v])
                     why = ("a source" if op.is_source else
                            f"min_parallelism = max_parallelism = {op.max_parallelism}" if op.min_parallelism == op.max_parallelism
