@@ -813,3 +813,27 @@ def test_shared_cores_invariants(model, lo, hi):
     at = predict(compiled, None, max_rate * (1 - 1e-7))
     assert max(op.max_utilization for op in at.operators.values()) == pytest.approx(1.0, rel=1e-4)
     assert predict(compiled, None, max_rate * 1.001).saturated
+
+
+@pytest.mark.parametrize("p,cores,cpu_share", [(4, 1, 0.5), (4, 2, 0.5), (8, 2, 1.0), (6, 2, 0.8)])
+def test_shared_cores_max_rate_and_light_load_latency_match_the_testbed(p, cores, cpu_share):
+    """The testbed's processor sharing (``experiments/testbed``) is the ground truth: max rate
+    within 6 % (measured -4.4 to +1.2 %), mean latency at 0.3 of it within 7 % (-1.5 to -5.3 %).
+    Near saturation the model is short for CPU-bound instances (docs/design.md): not pinned."""
+    from experiments.testbed.config import TestbedConfig
+    from experiments.testbed.sim import Testbed
+
+    model = _cores_model(p, cores, cpu_share, service_ms=1.0)
+    predicted = predict(model, None, 1.0).max_rate
+    bed = Testbed(model, 1.5 * predicted, TestbedConfig(seed=1))
+    bed.advance(10)
+    before = bed.operator_stats()["q"]["processed"]
+    bed.advance(30)
+    measured = (bed.operator_stats()["q"]["processed"] - before) / 30
+    assert predicted == pytest.approx(measured, rel=0.06)
+    bed = Testbed(model, 0.3 * measured, TestbedConfig(seed=2))
+    bed.advance(10)
+    seen = len(bed.latencies_ms())
+    bed.advance(40)
+    mean = bed.latencies_ms()[seen:].mean()
+    assert predict(model, None, 0.3 * measured).latency_ms["mean"] == pytest.approx(mean, rel=0.07)
