@@ -133,7 +133,7 @@ def _settings(quick: bool) -> dict:
         return {"window_s": 3.0, "windows": 2, "calibration_windows": 2, "queries": ("q5",),
                 "step_before_windows": 1,
                 "setups": {"q5": replace(q5, calibration=q5.calibration[:2], tests=((2, 1), (4, 4)))}}
-    return {"window_s": 4.0, "windows": 3, "calibration_windows": 3, "queries": ("q1", "q2", "q5", "q8"),
+    return {"window_s": 4.0, "windows": 3, "calibration_windows": 3, "queries": ("q5", "q8", "q1", "q2"),
             "step_before_windows": 2,
             "setups": dict(SETUPS)}
 
@@ -275,10 +275,18 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
 def _body(ctx, cluster, s) -> dict:
     queries = s["queries"]
     n = sum(len(s["setups"][q].calibration) + len(s["setups"][q].tests) + 1 for q in queries)
-    out = {"cores": os.cpu_count() or 1, "queries": {}}
+    out = {"cores": os.cpu_count() or 1, "queries": {}, "failed": {}}
     with ctx.steps(n, "flink-sql measurements") as steps:
         for q in queries:
-            out["queries"][q] = _measure_query(ctx, cluster, s, s["setups"][q], out["cores"], steps)
+            try:
+                out["queries"][q] = _measure_query(ctx, cluster, s, s["setups"][q], out["cores"], steps)
+            except Exception as err:  # noqa: BLE001 - one query's failure must not lose the others' minutes
+                if len(queries) == 1:
+                    raise
+                out["failed"][q] = f"{type(err).__name__}: {err}"
+                ctx.progress(f"{q} FAILED: {out['failed'][q]}")
+    if not out["queries"]:
+        raise ExperimentError("every query failed", field="queries", value=out["failed"])
     return out
 
 
@@ -473,7 +481,7 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         "source_limited_configs": float(table["source_limited"].sum()),
         "one_step_successes": float(one["meets_target"].sum()), "queries": float(len(one)),
         "cores": float(cores), "experiment_seconds": seconds})
-    params = {"queries": ",".join(out["queries"]), "window_s": s["window_s"], "windows": s["windows"],
+    params = {"queries": ",".join(out["queries"]), "failed_queries": ",".join(out.get("failed", {})), "window_s": s["window_s"], "windows": s["windows"],
               "calibration_windows": s["calibration_windows"], "cores": cores, "slots": SLOTS,
               "overload_rate_per_table": OVERLOAD_RATE, "utilization_target": UTILIZATION_TARGET,
               "calibration_configs": "; ".join(f"{q}: " + " ".join(f"{t}@{r}" for t, r in s["setups"][q].calibration)
@@ -496,7 +504,8 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         f"target without sustained back pressure. Per query: {per_q}. {int(table['source_limited'].sum())} of "
         f"{len(table)} measurements were source-limited (the datagen could not generate more; its CPU is in no "
         f"operator's busy time). One run on a live 2-core machine, {s['windows']} windows of {s['window_s']:g} s "
-        f"per configuration: numbers move with other load.")
+        f"per configuration: numbers move with other load."
+        + ("".join(f" {q} FAILED ({e})." for q, e in out.get("failed", {}).items())))
     return ExperimentResult(params=params, metrics=metrics,
                             tables={"configurations": table, "by_query": by_query, "one_step": one,
                                     "calibration": calib, "fits": fits},
