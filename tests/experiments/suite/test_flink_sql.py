@@ -67,8 +67,15 @@ def test_cheapest_measured_configuration_and_one_step_verdict():
     assert not fs.one_step_verdict(100.0, 0.2, 100.0)  # sustained back pressure
 
 
-def _measure(rate, bp=0.0, src_bp=0.9):
-    return {"rate": rate, "rate_sd": 1.0, "bp_mean": bp, "bp_max": bp, "source_bp": src_bp,
+def test_source_limited_when_no_operator_held_the_source_back():
+    assert fs.source_limited(0.0, 0.4)  # nothing back-pressured, nothing busy: the datagen's limit
+    assert not fs.source_limited(0.3, 0.5)  # q8-like: an operator back-pressured the source
+    assert not fs.source_limited(0.0, 0.95)  # q1 Calc=1: the only operator flat out
+    assert fs.source_limited(0.0, float("nan"))
+
+
+def _measure(rate, bp=0.0):
+    return {"rate": rate, "rate_sd": 1.0, "bp_mean": bp, "bp_max": bp,
             "busy": {"Calc": 0.5}, "config": {}}
 
 
@@ -76,11 +83,11 @@ def test_result_tables_metrics_and_summary():
     s = fs._settings(quick=True)
     rows = [{"query": "q5", "configuration": "Calc=1", "instances": 4, "above_cores": True,
              "predicted_max_rate": 105.0, "ds2_linear_max_rate": 150.0, "measured_max_rate": 100.0,
-             "measured_sd": 1.0, "max_rate_error": 0.05, "ds2_error": 0.5, "source_bp": 0.9,
+             "measured_sd": 1.0, "max_rate_error": 0.05, "ds2_error": 0.5,
              "source_limited": False, "busiest": "Calc"},
             {"query": "q5", "configuration": "Calc=2", "instances": 6, "above_cores": True,
              "predicted_max_rate": 100.0, "ds2_linear_max_rate": 300.0, "measured_max_rate": 125.0,
-             "measured_sd": 1.0, "max_rate_error": -0.2, "ds2_error": 1.4, "source_bp": 0.2,
+             "measured_sd": 1.0, "max_rate_error": -0.2, "ds2_error": 1.4,
              "source_limited": True, "busiest": "Calc"}]
     step = {"query": "q5", "target": 100.0, "start": {"Calc": 1}, "planned": {"Calc": 3}, "feasible": True,
             "planned_instances": 6, "predicted_max_at_plan": 150.0, "before": _measure(60.0, 0.8),
