@@ -95,6 +95,23 @@ STATEMENTS: dict[str, dict[str, str]] = {
         "could bias it": "the job's operators sleep (no CPU contention): it does not test cores shared between "
                          "instances (issue 23); other load on the machine shows up in the numbers.",
     },
+    "flink-sql": {
+        "ground truth": "Flink's own SQL runtime (Nexmark-style q1 projection, q2 filter, q5 hot items, q8 window "
+                        "join over `datagen` -> `blackhole`) on a real local cluster: one TaskManager, 8 slots, on "
+                        "this machine's 2 cores (loopback); max sustainable rate = the job input that flows while "
+                        "the datagen asks for far more (sources back-pressured), averaged over a few windows.",
+        "given": "per query, the model is calibrated from <= 3 live configurations (topology read from the live "
+                 "job, `resources: {cores: 2}`, CPU share fitted); DS2's linear extrapolation gets the same "
+                 "calibration windows (true processing rate per instance x parallelism).",
+        "sample": "5 unseen configurations per query (fewer in quick mode), 3 windows of 4 s each, one run: no "
+                  "intervals; the per-query medians rest on 5 numbers.",
+        "could bias it": "one 2-core machine where the JobManager, the TaskManager's own threads, this Python "
+                         "process and the datagen source (whose CPU use Flink reports as no busy time, so the model "
+                         "never counts it) share the cores the model divides among operators; a source that could "
+                         "not generate more is flagged `source_limited` (then the measurement is the generator's "
+                         "limit, not the job's); window operators (q5, q8) work in bursts when windows fire, which "
+                         "4 s windows catch unevenly; other load on the machine shows up in the numbers.",
+    },
 }
 """Experiment name -> aspect (``ASPECTS``) -> statement."""
 

@@ -1,0 +1,530 @@
+"""flink-sql: the model on Flink's own SQL operators (Nexmark-style q1, q2, q5, q8), cores shared.
+
+Starts the managed local cluster (``experiments.flink.cluster``; always stopped, also on errors;
+one TaskManager, 8 slots, on this machine's cores) and, per query (``experiments.flink.sql``):
+
+1. **Calibration** from at most three configurations at moderate datagen rates, with different
+   total parallelism so the operators' CPU share is identifiable. The topology is the live job's
+   (``JobGraph.topology()``) plus ``resources: {cores: os.cpu_count()}`` (the TaskManager runs on
+   this machine's cores); the live metric windows (``FlinkMetricsSource``, counter differences)
+   become operator/edge frames (``scheduler.observe.history_frames``: the in-memory path of
+   history -> calibrate) and ``modeler.calibrate.Calibrator`` fits base service times and CPU
+   shares jointly. **Input rate**: in calibration windows the sources' processed rate is set to
+   the datagen's ``rows-per-second`` (per table): the datagen source's own counter differences
+   over a 4 s window read 1-3 % off (its rate limiter works on the host clock, the windows on
+   REST sampling times; docs/flink.md measured 19 700 at 20 000), while the configured rate is
+   exact when the source is not back-pressured (checked: calibration rates are well below
+   every configuration's capacity, and the windows' back pressure is reported).
+2. **Predicted max sustainable rate** at >= 5 unseen configurations (per-vertex parallelism,
+   most with more instances than cores): ``modeler.queueing.predict(model, config, 1.0).max_rate``
+   (job input, tuples/s: the sum over the query's datagen tables). Beside it **DS2's linear
+   extrapolation**: every measured operator's true processing rate per instance (tuples per busy
+   second, pooled over the calibration windows) times its parallelism, divided by its visit
+   ratio (operator tuples per job input tuple); the job's rate is the smallest (the bottleneck).
+   Linear scaling is what DS2 assumes; with more busy instances than cores it cannot hold.
+3. **Measured max sustainable rate**: one job whose datagen asks for far more than any
+   configuration carries (``OVERLOAD_RATE`` rows/s per table), rescaled at runtime through the
+   test configurations (``LiveFlinkActuator``). After each rescale one window is skipped (back
+   pressure settles), then the rate reaching the vertices right behind the sources (their
+   records in, summed over the sources: every input tuple passes there) is averaged over
+   ``windows`` windows. Definition used: *max sustainable rate = the job input rate that flows
+   while the input asks for more*. When no operator was back-pressured (>= 5 % on average) nor
+   busy >= 90 %, the job did not hold the source back: the datagen itself could not generate more
+   (it shares the cores), that row's measurement is the source's limit, flagged
+   ``source_limited`` (the datagen's own back pressure is not measured: it has no clock).
+4. **One step**: the job at a target rate above what a one-instance start configuration
+   carries; ``scheduler.plan.plan(model, target, utilization_target 0.7)`` applied by live
+   rescale; success = job input >= 95 % of the target and no operator back-pressured more than
+   10 % of a window on average over the windows after the step (no sustained back pressure).
+   Its instance count is compared with the cheapest measured configuration that carried the
+   target (from step 3).
+
+Rates in tuples/s (rows/s), times in ms (windows and rescales in s). A live cluster is not
+deterministic: the seed changes nothing; other load on the 2 cores (the JobManager, the
+TaskManager's own threads, the datagen source, this Python process) shows up in the numbers.
+Known limit: the datagen source reports no busy time (Flink answers NaN), so its CPU use is in
+no operator's service time and the model does not count it among the cores' load.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from experiments.harness import ExperimentContext, ExperimentError, ExperimentResult
+
+NAME = "flink-sql"
+DESCRIPTION = ("Real Flink SQL operators (Nexmark-style q1, q2, q5, q8) on a 2-core machine: calibrate with "
+               "shared cores, predict max sustainable rate at unseen configurations (beside DS2's linear "
+               "extrapolation), one-step plan applied by live rescaling")
+HEADLINE = ("max_rate_abs_error_median", "share_within_15pct", "share_within_15pct_above_cores",
+            "ds2_abs_error_median", "one_step_successes")
+
+GOAL_REL_ERROR = 0.15
+"""A prediction within 15 % of the measured max rate counts as accurate (issue 23)."""
+GOAL_MEDIAN = 0.10
+"""Issue 23's goal for the median |error| per query and overall."""
+THROUGHPUT_OK = 0.95
+"""One step: the job input after the step must reach this share of the target."""
+BACKPRESSURE_OK = 0.10
+"""One step: the most back-pressured operator's back-pressured share of a window, averaged over
+the windows after the step, must stay below this (no sustained back pressure)."""
+HELD_BACK_BP = 0.05
+"""The job held its overloading source back when some operator was back-pressured at least this
+share of the windows on average, or some operator was busy at least ``HELD_BACK_BUSY``. Neither:
+the datagen generated all it could (on cores it shares with the operators) and the measurement is
+the source's limit (``source_limited``). The datagen's own back pressure cannot say: it has no
+clock, and ``FlinkMetricsSource`` leaves its time metrics out (they read 0 in the windows; the
+first two full runs flagged every row source-limited from that reading)."""
+HELD_BACK_BUSY = 0.9
+OVERLOAD_RATE = 2_000_000
+"""rows/s per table asked of the datagen while measuring max rates: far above what 2 cores can
+generate (a single datagen instance made 230 000-330 000 rows/s of bids here, q1 unloaded)."""
+SLOTS = 8
+UTILIZATION_TARGET = 0.7
+
+
+@dataclass(frozen=True)
+class QuerySetup:
+    """One query's configurations. A configuration is a tuple of the scaled groups' parallelisms
+    (``groups``: each group's vertices get the same parallelism); every other vertex keeps its
+    submission parallelism (the sources 1, q5's final aggregate 1: max parallelism 1)."""
+
+    query: str
+    groups: tuple[tuple[str, ...], ...]
+    """Scaled vertices per group (operator names of the live job)."""
+    calibration: tuple[tuple[tuple[int, ...], int], ...]
+    """(configuration, datagen rows/s per table) of each calibration job."""
+    tests: tuple[tuple[int, ...], ...]
+    """Unseen configurations whose max rate is predicted and measured."""
+    start: tuple[int, ...]
+    """One step's start configuration."""
+    target_share: float
+    """One step's target = this share of the largest measured max rate (job input, tuples/s)."""
+    calibration_windows: int | None = None
+    """Windows read per calibration job; None = the run's setting. q8 needs more: its WindowJoin
+    works only when its 10 s windows fire, so most 4 s windows see it idle, and calibration needs
+    ``CalibrationConfig.min_windows`` (3) windows with busy time (the first full run: 2 of 6)."""
+
+    def config(self, t: tuple[int, ...]) -> dict[str, int]:
+        if len(t) != len(self.groups):
+            raise ExperimentError("a configuration needs one parallelism per group", field="config", value=t)
+        return {v: int(p) for group, p in zip(self.groups, t) for v in group}
+
+
+SETUPS = {
+    "q1": QuerySetup("q1", (("Calc",),), calibration=(((2,), 80_000), ((4,), 140_000)),
+                     tests=((1,), (3,), (5,), (6,), (8,)), start=(1,), target_share=0.8),
+    "q2": QuerySetup("q2", (("Calc",),), calibration=(((2,), 80_000), ((4,), 140_000)),
+                     tests=((1,), (3,), (5,), (6,), (8,)), start=(1,), target_share=0.8),
+    "q5": QuerySetup("q5", (("Calc",), ("GlobalWindowAggregate",)),
+                     calibration=(((1, 1), 50_000), ((2, 2), 90_000), ((3, 3), 120_000)),
+                     tests=((1, 2), (2, 1), (4, 2), (2, 4), (4, 4)), start=(1, 1), target_share=0.8),
+    "q8": QuerySetup("q8", (("Calc", "Calc-2"), ("GlobalWindowAggregate", "GlobalWindowAggregate-2"),
+                            ("WindowJoin",)),
+                     calibration=(((1, 1, 1), 10_000), ((2, 2, 2), 20_000), ((3, 3, 3), 30_000)),
+                     tests=((1, 2, 1), (2, 1, 1), (2, 2, 1), (3, 3, 2), (4, 4, 4)), start=(1, 1, 1),
+                     target_share=0.8, calibration_windows=5),
+}
+"""The full run's configurations. Calibration rates are moderate: 15-40 % of what one datagen
+instance generated here unthrottled (~360 000 bids/s, q5 quick run), every operator well below
+saturation, the sources not back-pressured."""
+
+
+def _settings(quick: bool) -> dict:
+    if quick:
+        q5 = SETUPS["q5"]
+        # CI budget (issue 23: < 3 min with the cluster start-up): 3 s windows, two calibration
+        # jobs, two unseen configurations (one per side of DS2's linear error), one step
+        return {"window_s": 3.0, "windows": 2, "calibration_windows": 2, "queries": ("q5",),
+                "step_before_windows": 1,
+                "setups": {"q5": replace(q5, calibration=q5.calibration[:2], tests=((2, 1), (4, 4)))}}
+    return {"window_s": 4.0, "windows": 3, "calibration_windows": 3, "queries": ("q8", "q5", "q1", "q2"),
+            "step_before_windows": 2,
+            "setups": dict(SETUPS)}
+
+
+# --- pure parts (unit-tested) -------------------------------------------------------------------
+
+def pooled_true_rates(rows: list[dict]) -> dict[str, float]:
+    """DS2's true processing rate per instance of every measured operator (tuples per busy
+    second of one instance), pooled over calibration windows: sum of tuples / sum of busy
+    instance-seconds. ``rows``: per window and operator ``{"operator", "processed_rate",
+    "busy_mean", "parallelism"}``; rows without finite positive busy time are left out (the
+    datagen source reports none)."""
+    tuples: dict[str, float] = {}
+    busy: dict[str, float] = {}
+    for r in rows:
+        b, n, p = r["busy_mean"], r["processed_rate"], r["parallelism"]
+        if not (np.isfinite(b) and b > 0 and np.isfinite(n) and n > 0):
+            continue
+        tuples[r["operator"]] = tuples.get(r["operator"], 0.0) + n
+        busy[r["operator"]] = busy.get(r["operator"], 0.0) + b * p
+    return {op: tuples[op] / busy[op] for op in tuples if busy[op] > 0}
+
+
+def ds2_linear_max_rate(true_rates: dict[str, float], visits: dict[str, float], config: dict[str, int]) -> float:
+    """DS2's linear extrapolation of the job's max input rate (tuples/s) at ``config``: each
+    operator carries ``true_rate x parallelism`` tuples/s, i.e. ``true_rate x p / visit`` job
+    input tuples/s (``visits``: operator tuples per job input tuple); the smallest bounds the
+    job. Operators without a rate or with zero visits are no bound; inf when none bounds."""
+    bounds = [true_rates[op] * config[op] / visits[op] for op in true_rates
+              if op in config and visits.get(op, 0.0) > 0]
+    return float(min(bounds)) if bounds else float("inf")
+
+
+def rel_error(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured; nan when nothing was measured."""
+    return (predicted - measured) / measured if measured > 0 else float("nan")
+
+
+def error_summary(errors: pd.Series) -> dict[str, float]:
+    """n, median |error| and the share within ``GOAL_REL_ERROR`` of a set of relative errors
+    (nan ones left out; nan statistics for an empty set)."""
+    e = errors.dropna().abs()
+    if e.empty:
+        return {"n": 0, "median": float("nan"), "within": float("nan")}
+    return {"n": int(len(e)), "median": float(e.median()), "within": float((e <= GOAL_REL_ERROR).mean())}
+
+
+def cheapest_carrying(table: pd.DataFrame, query: str, target: float) -> int | None:
+    """The fewest instances among the query's measured configurations that carried ``target``
+    (measured max rate >= target); None when none did."""
+    t = table[(table["query"] == query) & (table["measured_max_rate"] >= target)]
+    return int(t["instances"].min()) if len(t) else None
+
+
+def source_limited(backpressure_mean: float, busiest_busy: float) -> bool:
+    """No operator held the overloading source back (``HELD_BACK_BP``, ``HELD_BACK_BUSY``)."""
+    return not (backpressure_mean >= HELD_BACK_BP or (np.isfinite(busiest_busy) and busiest_busy >= HELD_BACK_BUSY))
+
+
+def one_step_verdict(after_rate: float, after_bp_mean: float, target: float) -> bool:
+    """Meets the target without sustained back pressure (``THROUGHPUT_OK``, ``BACKPRESSURE_OK``)."""
+    return after_rate >= THROUGHPUT_OK * target and after_bp_mean <= BACKPRESSURE_OK
+
+
+# --- the live job ------------------------------------------------------------------------------
+
+class _Job:
+    """A submitted SQL query with its metrics source and actuator; ``windows(n)`` reads the next
+    n complete windows (after ``skip`` warm-up windows) as ``JobWindow``s."""
+
+    def __init__(self, cluster, spec, window_s: float):
+        from experiments.flink.sql import submit
+        from scheduler.flink import FlinkMetricsConfig, FlinkMetricsSource, LiveActuatorConfig, LiveFlinkActuator
+
+        self.cluster = cluster
+        self.spec = spec
+        self.id = submit(cluster, spec)
+        self.source = FlinkMetricsSource(cluster.rest_url, self.id, FlinkMetricsConfig(
+            window_s=window_s, settle_s=1.0, job_label=spec.job_name))
+        self.actuator = LiveFlinkActuator(cluster.rest_url, self.id, LiveActuatorConfig(ready_timeout_s=120.0))
+        self.graph = self.source.graph()
+        self.sources = self.graph.sources()
+        self.as_of: float | None = None
+
+    def windows(self, n: int, skip: int = 1) -> list:
+        from scheduler.observe import job_windows
+
+        out = []
+        while len(out) < n + skip:
+            batch = self.source.read(self.as_of)
+            self.as_of = batch.as_of_s
+            out.extend(w for w in job_windows(batch, sources=self.sources))
+        return out[skip:skip + n]
+
+    def rescale(self, config: dict) -> float:
+        done = self.actuator.apply(config, reason="flink-sql")
+        return float(done.restart_s or 0.0)
+
+    def cancel(self) -> None:
+        try:
+            self.cluster.cancel(self.id)
+        except Exception:  # noqa: BLE001 - the cluster is stopped next anyway
+            pass
+
+
+def _input_rate(w, sources: list[str], graph) -> float:
+    """Job input tuples/s of a window: records in of the vertices right behind the sources (every
+    input tuple passes there; counted by the task thread, unlike the datagen's own counter)."""
+    first = {t for s in sources for t in graph.downstream(s)}
+    return float(sum(w.operators[op].processed_rate for op in first))
+
+
+def _summary_of(windows, job: _Job) -> dict:
+    """Means over windows: job input rate, most back-pressured non-source instance, mean busy per
+    operator, configuration in force."""
+    rate = [_input_rate(w, job.sources, job.graph) for w in windows]
+    bp = [max((o.backpressure_max for o in w.operators.values() if not o.is_source), default=0.0) for w in windows]
+    busy = {op: float(np.nanmean([w.operators[op].busy_mean for w in windows])) for op in windows[0].operators}
+    return {"rate": float(np.mean(rate)), "rate_sd": float(np.std(rate)), "bp_mean": float(np.mean(bp)),
+            "bp_max": float(max(bp)), "busy": busy,
+            "config": dict(windows[-1].config)}
+
+
+def _check_environment(ctx: ExperimentContext) -> None:
+    from experiments.flink.cluster import check_java, ensure_flink_venv
+
+    ctx.progress(f"java: {check_java()}")
+    ensure_flink_venv()
+
+
+def run(ctx: ExperimentContext) -> ExperimentResult:
+    from experiments.flink.cluster import ClusterConfig, FlinkCluster
+
+    s = _settings(ctx.quick)
+    _check_environment(ctx)  # FlinkClusterError (exit 3) when Java or the wheel is missing
+    started = time.monotonic()
+    with FlinkCluster(ClusterConfig.free_ports(task_slots=SLOTS)) as cluster:
+        ctx.progress(f"cluster up at {cluster.rest_url} ({time.monotonic() - started:.0f} s)")
+        out = _body(ctx, cluster, s)
+    return _result(s, out, time.monotonic() - started)
+
+
+def _body(ctx, cluster, s) -> dict:
+    queries = s["queries"]
+    n = sum(len(s["setups"][q].calibration) + len(s["setups"][q].tests) + 1 for q in queries)
+    out = {"cores": os.cpu_count() or 1, "queries": {}, "failed": {}}
+    with ctx.steps(n, "flink-sql measurements") as steps:
+        for q in queries:
+            try:
+                out["queries"][q] = _measure_query(ctx, cluster, s, s["setups"][q], out["cores"], steps)
+            except Exception as err:  # noqa: BLE001 - one query's failure must not lose the others' minutes
+                if len(queries) == 1:
+                    raise
+                out["failed"][q] = f"{type(err).__name__}: {err}"
+                ctx.progress(f"{q} FAILED: {out['failed'][q]}")
+    if not out["queries"]:
+        raise ExperimentError("every query failed", field="queries", value=out["failed"])
+    return out
+
+
+def _spec(setup: QuerySetup, rate_per_table: int):
+    from experiments.flink.sql import NexmarkSqlSpec
+
+    # parallelism 2 at submission, sources 1: a REBALANCE behind each source (experiments.flink.sql)
+    return NexmarkSqlSpec(query=setup.query, rate_per_s=int(rate_per_table), parallelism=2,
+                          source_parallelism=1, name=f"augury-flink-sql-{setup.query}")
+
+
+def _to(job: _Job, config: dict[str, int]) -> float:
+    """Rescale to ``config`` unless it is in force; the rescale's seconds (0 when none)."""
+    current = job.graph.config()
+    if all(current.get(k) == v for k, v in config.items()):
+        return 0.0
+    restart = job.rescale(config)
+    job.graph = job.source.graph()
+    return restart
+
+
+def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dict:
+    from modeler.calibrate import CalibrationConfig, Calibrator
+    from modeler.modelfile import parse_model
+    from modeler.queueing import predict
+    from scheduler.observe import history_frames
+    from scheduler.plan import PlanConfig, plan
+
+    q, w_s, n = setup.query, s["window_s"], s["windows"]
+    # 1. calibration
+    calib_windows, calib_rows, topology, ds2_rows = [], [], None, []
+    n_sources = 1
+    for t, rate in setup.calibration:
+        steps.advance(f"{q} calibration {t} at {rate}/s per table")
+        job = _Job(cluster, _spec(setup, rate), w_s)
+        try:
+            restart = _to(job, setup.config(t))
+            ws = job.windows(setup.calibration_windows or s["calibration_windows"], skip=1)
+            if topology is None:
+                topology = job.graph.topology()
+            m = _summary_of(ws, job)
+        finally:
+            job.cancel()
+        n_sources = len(job.sources)
+        # the datagen's configured rate as the sources' rate (module docstring, "Input rate")
+        ws = [replace(w, operators={k: (replace(o, processed_rate=float(rate), arrival_rate=float(rate))
+                                        if o.is_source else o) for k, o in w.operators.items()}) for w in ws]
+        calib_windows.extend(ws)
+        for w in ws:
+            for name, o in w.operators.items():
+                ds2_rows.append({"operator": name, "processed_rate": o.processed_rate, "busy_mean": o.busy_mean,
+                                 "parallelism": o.parallelism, "input": w.input_rate})
+        calib_rows.append({"query": q, "configuration": _fmt(job.graph.config()), "rate_per_table": rate,
+                           "job_input_rate": rate * n_sources, "measured_input_rate": round(m["rate"], 1),
+                           "backpressure_max": round(m["bp_max"], 3), "rescale_s": round(restart, 1),
+                           **{f"busy_{k}": round(v, 3) for k, v in m["busy"].items() if np.isfinite(v)}})
+        ctx.progress(f"{q} calibration {t} at {rate}/s: input {m['rate']:.0f}/s, busy "
+                     + ", ".join(f"{k}={v:.2f}" for k, v in m["busy"].items() if np.isfinite(v)))
+    topology = dict(topology, resources={"cores": cores})
+    ops, edges = history_frames(calib_windows)
+    fitted = Calibrator(CalibrationConfig(min_busy_fraction=0.0)).fit(
+        ops, edges, topology=parse_model(topology, require_profiles=False))
+    model = fitted.model_
+    fits = {op: {"service_ms": float(f.service_time_ms.value),
+                 "cpu_share": float(f.cpu_share.value) if f.cpu_share is not None else float("nan"),
+                 "cpu_share_source": f.cpu_share.source if f.cpu_share is not None else ""}
+            for op, f in fitted.operators_.items()}
+    ctx.progress(f"{q} calibrated: " + ", ".join(f"{k}: {v['service_ms']:.4f} ms, c={v['cpu_share']:.2f}"
+                                                 for k, v in fits.items()))
+    true_rates = pooled_true_rates(ds2_rows)
+    inputs = {}
+    for r in ds2_rows:
+        inputs.setdefault(r["operator"], [0.0, 0.0])
+        inputs[r["operator"]][0] += r["processed_rate"]
+        inputs[r["operator"]][1] += r["input"]
+    visits = {op: a / b for op, (a, b) in inputs.items() if b > 0}
+
+    base = job.graph.config()
+    tests = [{**base, **setup.config(t)} for t in setup.tests]
+    predicted = [float(predict(model, c, 1.0).max_rate) for c in tests]
+    ds2 = [ds2_linear_max_rate(true_rates, visits, c) for c in tests]
+
+    # 2. max sustainable rate: one overloaded job rescaled through the test configurations
+    measured, rescales = [], []
+    job = _Job(cluster, _spec(setup, OVERLOAD_RATE), w_s)
+    try:
+        for c, t, pm, dm in zip(tests, setup.tests, predicted, ds2):
+            steps.advance(f"{q} max rate {t}")
+            rescales.append(_to(job, c))
+            m = _summary_of(job.windows(n, skip=1), job)
+            measured.append(m)
+            ctx.progress(f"{q} max rate {t}: predicted {pm:.0f}/s, DS2 linear {dm:.0f}/s, measured "
+                         f"{m['rate']:.0f}/s (operators back-pressured {m['bp_mean']:.2f})")
+    finally:
+        job.cancel()
+    rows = []
+    for c, pm, dm, m in zip(tests, predicted, ds2, measured):
+        inst = int(sum(c.values()))
+        # the busiest operator's mean busy share: near 1 it was the bottleneck; well below 1 with the
+        # source not back-pressured, the datagen was (source_limited)
+        busiest = max(((k, v) for k, v in m["busy"].items() if np.isfinite(v)), key=lambda kv: kv[1],
+                      default=("", float("nan")))
+        rows.append({"query": q, "configuration": _fmt(c), "instances": inst,
+                     "above_cores": inst > cores, "predicted_max_rate": round(pm, 1),
+                     "ds2_linear_max_rate": round(dm, 1), "measured_max_rate": round(m["rate"], 1),
+                     "measured_sd": round(m["rate_sd"], 1), "max_rate_error": round(rel_error(pm, m["rate"]), 4),
+                     "ds2_error": round(rel_error(dm, m["rate"]), 4),
+                     "source_limited": source_limited(m["bp_mean"], busiest[1]),
+                     "busiest": busiest[0], "busiest_busy": round(busiest[1], 3),
+                     "backpressure_mean": round(m["bp_mean"], 3)})
+
+    # 3. one step: the planner's configuration for a target above the start's capacity
+    start = {**base, **setup.config(setup.start)}
+    target = float(round(setup.target_share * max(m["rate"] for m in measured), -2))
+    proposal = plan(model, target, PlanConfig(utilization_target=UTILIZATION_TARGET))
+    planned = {k: int(v) for k, v in proposal.config.items()}
+    steps.advance(f"{q} one step -> {planned} for {target:.0f}/s")
+    step = {"query": q, "target": target, "start": start, "planned": planned, "feasible": bool(proposal.feasible),
+            "planned_instances": int(sum(planned.values())), "predicted_max_at_plan": float(proposal.prediction.max_rate),
+            "before": None, "after": None, "restart_s": float("nan")}
+    if max(planned.values()) > SLOTS:
+        ctx.progress(f"{q} one step: the plan {planned} needs more than {SLOTS} slots; not applied")
+    else:
+        job = _Job(cluster, _spec(setup, int(round(target / n_sources))), w_s)
+        try:
+            _to(job, start)
+            step["before"] = _summary_of(job.windows(s["step_before_windows"], skip=1), job)
+            step["restart_s"] = _to(job, planned)
+            step["after"] = _summary_of(job.windows(n, skip=1), job)
+        finally:
+            job.cancel()
+        ctx.progress(f"{q} one step {_fmt(start)} -> {_fmt(planned)} for {target:.0f}/s: before "
+                     f"{step['before']['rate']:.0f}/s, after {step['after']['rate']:.0f}/s, back pressure "
+                     f"{step['after']['bp_mean']:.3f}")
+    return {"rows": rows, "calib_rows": calib_rows, "fits": fits, "true_rates": true_rates, "visits": visits,
+            "step": step, "rescales": rescales, "topology": topology}
+
+
+def _fmt(c: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in c.items())
+
+
+def _result(s, out: dict, seconds: float) -> ExperimentResult:
+    cores = out["cores"]
+    table = pd.DataFrame([r for qo in out["queries"].values() for r in qo["rows"]])
+    calib = pd.DataFrame([r for qo in out["queries"].values() for r in qo["calib_rows"]])
+    fits = pd.DataFrame([{"query": q, "operator": op, "service_time_ms": round(f["service_ms"], 5),
+                          "cpu_share": round(f["cpu_share"], 3), "cpu_share_source": f["cpu_share_source"],
+                          "ds2_true_rate_per_instance": round(qo["true_rates"].get(op, float("nan")), 1),
+                          "visit_ratio": round(qo["visits"].get(op, float("nan")), 5)}
+                         for q, qo in out["queries"].items() for op, f in qo["fits"].items()])
+    steps, summary_rows, metrics = [], [], {}
+    for q, qo in out["queries"].items():
+        st = qo["step"]
+        cheapest = cheapest_carrying(table, q, st["target"])
+        a, b = st["after"], st["before"]
+        ok = a is not None and one_step_verdict(a["rate"], a["bp_mean"], st["target"])
+        lean = cheapest is not None and st["planned_instances"] <= 1.1 * cheapest
+        steps.append({"query": q, "target_rate": st["target"], "start": _fmt(st["start"]),
+                      "before_rate": round(b["rate"], 1) if b else None,
+                      "before_backpressure_mean": round(b["bp_mean"], 3) if b else None,
+                      "planned": _fmt(st["planned"]), "plan_feasible": st["feasible"],
+                      "planned_instances": st["planned_instances"],
+                      "predicted_max_at_plan": round(st["predicted_max_at_plan"], 1),
+                      "after_rate": round(a["rate"], 1) if a else None,
+                      "after_backpressure_mean": round(a["bp_mean"], 3) if a else None,
+                      "after_backpressure_max": round(a["bp_max"], 3) if a else None,
+                      "start_carried_target": (b["rate"] >= THROUGHPUT_OK * st["target"]) if b else None,
+                      "rescale_s": round(st["restart_s"], 1), "meets_target": ok,
+                      "cheapest_measured_instances": cheapest,
+                      "within_10pct_of_cheapest": lean})
+        t = table[table["query"] == q]
+        row = {"query": q}
+        for part, sel in (("all", t), ("above_cores", t[t["above_cores"]]), ("at_or_below_cores", t[~t["above_cores"]])):
+            e, d = error_summary(sel["max_rate_error"]), error_summary(sel["ds2_error"])
+            row.update({f"n_{part}": e["n"], f"median_abs_error_{part}": round(e["median"], 4),
+                        f"within_15pct_{part}": round(e["within"], 3), f"ds2_median_abs_error_{part}": round(d["median"], 4)})
+        row["source_limited"] = int(t["source_limited"].sum())
+        row["one_step"] = "success" if ok else "FAILED"
+        summary_rows.append(row)
+        metrics[f"{q}.max_rate_abs_error_median"] = row["median_abs_error_all"]
+        metrics[f"{q}.share_within_15pct"] = row["within_15pct_all"]
+        metrics[f"{q}.ds2_abs_error_median"] = row["ds2_median_abs_error_all"]
+        metrics[f"{q}.one_step_success"] = float(ok)
+    by_query = pd.DataFrame(summary_rows)
+    one = pd.DataFrame(steps)
+    e_all, e_above = error_summary(table["max_rate_error"]), error_summary(table[table["above_cores"]]["max_rate_error"])
+    e_below = error_summary(table[~table["above_cores"]]["max_rate_error"])
+    d_all, d_above = error_summary(table["ds2_error"]), error_summary(table[table["above_cores"]]["ds2_error"])
+    metrics.update({
+        "max_rate_abs_error_median": e_all["median"], "share_within_15pct": e_all["within"],
+        "max_rate_abs_error_median_above_cores": e_above["median"], "share_within_15pct_above_cores": e_above["within"],
+        "max_rate_abs_error_median_at_or_below_cores": e_below["median"],
+        "ds2_abs_error_median": d_all["median"], "ds2_abs_error_median_above_cores": d_above["median"],
+        "test_configs": float(len(table)), "test_configs_above_cores": float(e_above["n"]),
+        "source_limited_configs": float(table["source_limited"].sum()),
+        "one_step_successes": float(one["meets_target"].sum()), "queries": float(len(one)),
+        "cores": float(cores), "experiment_seconds": seconds})
+    params = {"queries": ",".join(out["queries"]), "failed_queries": ",".join(out.get("failed", {})), "window_s": s["window_s"], "windows": s["windows"],
+              "calibration_windows": s["calibration_windows"], "cores": cores, "slots": SLOTS,
+              "overload_rate_per_table": OVERLOAD_RATE, "utilization_target": UTILIZATION_TARGET,
+              "calibration_configs": "; ".join(f"{q}: " + " ".join(f"{t}@{r}" for t, r in s["setups"][q].calibration)
+                                               for q in out["queries"]),
+              "test_configs": "; ".join(f"{q}: " + " ".join(str(t) for t in s["setups"][q].tests)
+                                        for q in out["queries"])}
+    goal = (e_all["median"] <= GOAL_MEDIAN and e_all["within"] >= 0.8 and
+            all(r["median_abs_error_all"] <= GOAL_MEDIAN and r["within_15pct_all"] >= 0.8 for r in summary_rows))
+    per_q = "; ".join(f"{r['query']}: median |error| {r['median_abs_error_all']:.1%}, {r['within_15pct_all']:.0%} "
+                      f"within 15 % (n={r['n_all']}), DS2 linear {r['ds2_median_abs_error_all']:.1%}, one step "
+                      f"{r['one_step']}" for r in summary_rows)
+    summary = (
+        f"Flink SQL queries {', '.join(out['queries'])} on one TaskManager sharing {cores} cores; each calibrated "
+        f"from <= 3 live configurations, max sustainable rate predicted at {len(table)} unseen configurations "
+        f"({e_above['n']} with more instances than cores). Overall median |error| {e_all['median']:.1%}, "
+        f"{e_all['within']:.0%} within 15 % (above the core count: median {e_above['median']:.1%}, "
+        f"{e_above['within']:.0%} within 15 %); DS2's linear extrapolation: median |error| {d_all['median']:.1%}. "
+        f"Issue 23's accuracy goal (median <= 10 %, >= 80 % within 15 %, per query and overall): "
+        f"{'met' if goal else 'missed'}. One step: {int(one['meets_target'].sum())}/{len(one)} queries met the "
+        f"target without sustained back pressure. Per query: {per_q}. {int(table['source_limited'].sum())} of "
+        f"{len(table)} measurements were source-limited (the datagen could not generate more; its CPU is in no "
+        f"operator's busy time). One run on a live 2-core machine, {s['windows']} windows of {s['window_s']:g} s "
+        f"per configuration: numbers move with other load."
+        + ("".join(f" {q} FAILED ({e})." for q, e in out.get("failed", {}).items())))
+    return ExperimentResult(params=params, metrics=metrics,
+                            tables={"configurations": table, "by_query": by_query, "one_step": one,
+                                    "calibration": calib, "fits": fits},
+                            summary=summary)

@@ -1,0 +1,48 @@
+"""``flink-sql --quick`` in CI: one query (q5) end to end on the session cluster of conftest.py:
+calibrate from two live configurations (topology from the live job, shared cores), predict the max
+sustainable rate of three unseen configurations and measure them by live rescaling, then apply the
+planner's one-step configuration.
+
+The experiment's own ``run`` starts a cluster of its own; this test runs the same body and
+bookkeeping (``_body``, ``_result``) on the cluster the live tests share (start-up charged to this
+test when it starts it). Bounded by ``BUDGET_S`` (issue 23: under 3 minutes).
+
+Assertions are the structure and loose sanity bounds (the accuracy goal is the experiment's to
+report, docs/RESULTS.md), so that a broken calibration, predictor or actuator fails here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.harness import ExperimentContext
+from experiments.suite import flink_sql as fs
+
+BUDGET_S = 180.0
+"""Seconds, cluster start-up included when this test starts the cluster (issue 23). Measured: 147 s
+and 166 s with the start-up (13 s, 15 s), 158 s and 176 s for the file with the teardown: little
+margin on this 2-core box; the first version (4 s windows, three configurations) ran out of this
+budget in its one step."""
+
+
+@pytest.mark.flink
+@pytest.mark.slow
+def test_quick_flink_sql_on_the_live_cluster(flink_cluster, live_deadline, tmp_path):
+    deadline = live_deadline(BUDGET_S)
+    ctx = ExperimentContext(quick=True, workdir=tmp_path, progress=print)
+    settings = fs._settings(quick=True)
+    outcome = fs._body(ctx, flink_cluster, settings)
+    result = fs._result(settings, outcome, deadline.spent())
+    print(f"flink-sql quick: {deadline.spent():.0f} s; {result.summary}")
+    table = result.tables["configurations"]
+    assert list(table["query"].unique()) == ["q5"] and len(table) == 2
+    assert (table["measured_max_rate"] > 0).all() and (table["predicted_max_rate"] > 0).all()
+    assert table["above_cores"].all()  # q5 runs >= 4 instances on this box's cores
+    fits = outcome["queries"]["q5"]["fits"]
+    assert {"Calc", "GlobalWindowAggregate"} <= set(fits) and fits["Calc"]["service_ms"] > 0
+    assert outcome["queries"]["q5"]["topology"]["resources"]["cores"] >= 1
+    # predictions in the right range (the goal is 15 %; a live 2-core box scatters)
+    assert (table["max_rate_error"].abs() <= 0.6).all(), table.to_string()
+    step = outcome["queries"]["q5"]["step"]
+    assert step["after"] is not None and step["planned"] != step["start"], step
+    assert step["after"]["rate"] > 0.5 * step["target"], result.summary

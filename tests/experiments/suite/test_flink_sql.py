@@ -1,0 +1,107 @@
+"""flink-sql's pure parts (no cluster): DS2's linear extrapolation, the pooled true rates, the
+error summaries split at the core count, the cheapest measured configuration and the one-step
+verdict, on constructed numbers. The live quick run is tests/experiments/flink/test_flink_sql_quick.py
+(it needs the session cluster of that directory's conftest.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from experiments.suite import flink_sql as fs
+
+
+def test_pooled_true_rates_leave_out_operators_without_busy_time():
+    rows = [{"operator": "Calc", "processed_rate": 1000.0, "busy_mean": 0.25, "parallelism": 2},
+            {"operator": "Calc", "processed_rate": 3000.0, "busy_mean": 0.5, "parallelism": 1},
+            {"operator": "bid", "processed_rate": 1000.0, "busy_mean": float("nan"), "parallelism": 1},
+            {"operator": "Agg", "processed_rate": 0.0, "busy_mean": 0.1, "parallelism": 1}]
+    rates = fs.pooled_true_rates(rows)
+    # (1000 + 3000) tuples over (0.25 * 2 + 0.5 * 1) busy instance-seconds
+    assert rates == {"Calc": pytest.approx(4000.0)}
+
+
+def test_ds2_linear_is_the_bottleneck_scaled_linearly():
+    rates = {"Calc": 100_000.0, "Agg": 20_000.0}
+    visits = {"Calc": 1.0, "Agg": 0.5, "bid": 1.0}
+    # Calc: 100k * 3 / 1 = 300k; Agg: 20k * 2 / 0.5 = 80k -> Agg bounds
+    assert fs.ds2_linear_max_rate(rates, visits, {"bid": 1, "Calc": 3, "Agg": 2}) == pytest.approx(80_000.0)
+    # doubling every parallelism doubles DS2's rate (linear), whatever the cores
+    assert fs.ds2_linear_max_rate(rates, visits, {"bid": 1, "Calc": 6, "Agg": 4}) == pytest.approx(160_000.0)
+    assert math.isinf(fs.ds2_linear_max_rate({}, visits, {"Calc": 1}))
+
+
+def _table():
+    return pd.DataFrame([
+        {"query": "q5", "instances": 5, "above_cores": True, "measured_max_rate": 100.0,
+         "max_rate_error": 0.05, "ds2_error": 0.5},
+        {"query": "q5", "instances": 4, "above_cores": True, "measured_max_rate": 80.0,
+         "max_rate_error": -0.2, "ds2_error": 1.0},
+        {"query": "q5", "instances": 2, "above_cores": False, "measured_max_rate": 60.0,
+         "max_rate_error": 0.1, "ds2_error": 0.0},
+        {"query": "q1", "instances": 3, "above_cores": True, "measured_max_rate": 200.0,
+         "max_rate_error": float("nan"), "ds2_error": 0.1}])
+
+
+def test_error_summary_and_split_at_the_core_count():
+    t = _table()
+    q5 = t[t["query"] == "q5"]
+    assert fs.error_summary(q5["max_rate_error"]) == {"n": 3, "median": pytest.approx(0.1),
+                                                       "within": pytest.approx(2 / 3)}
+    above = fs.error_summary(q5[q5["above_cores"]]["max_rate_error"])
+    assert above["n"] == 2 and above["median"] == pytest.approx(0.125) and above["within"] == 0.5
+    empty = fs.error_summary(t[t["query"] == "q1"]["max_rate_error"])  # nan errors are left out
+    assert empty["n"] == 0 and math.isnan(empty["median"])
+    assert fs.rel_error(110.0, 100.0) == pytest.approx(0.1) and math.isnan(fs.rel_error(1.0, 0.0))
+
+
+def test_cheapest_measured_configuration_and_one_step_verdict():
+    t = _table()
+    assert fs.cheapest_carrying(t, "q5", 70.0) == 4
+    assert fs.cheapest_carrying(t, "q5", 90.0) == 5
+    assert fs.cheapest_carrying(t, "q5", 150.0) is None
+    assert fs.one_step_verdict(96.0, 0.05, 100.0)
+    assert not fs.one_step_verdict(94.0, 0.0, 100.0)  # short of the target
+    assert not fs.one_step_verdict(100.0, 0.2, 100.0)  # sustained back pressure
+
+
+def test_source_limited_when_no_operator_held_the_source_back():
+    assert fs.source_limited(0.0, 0.4)  # nothing back-pressured, nothing busy: the datagen's limit
+    assert not fs.source_limited(0.3, 0.5)  # q8-like: an operator back-pressured the source
+    assert not fs.source_limited(0.0, 0.95)  # q1 Calc=1: the only operator flat out
+    assert fs.source_limited(0.0, float("nan"))
+
+
+def _measure(rate, bp=0.0):
+    return {"rate": rate, "rate_sd": 1.0, "bp_mean": bp, "bp_max": bp,
+            "busy": {"Calc": 0.5}, "config": {}}
+
+
+def test_result_tables_metrics_and_summary():
+    s = fs._settings(quick=True)
+    rows = [{"query": "q5", "configuration": "Calc=1", "instances": 4, "above_cores": True,
+             "predicted_max_rate": 105.0, "ds2_linear_max_rate": 150.0, "measured_max_rate": 100.0,
+             "measured_sd": 1.0, "max_rate_error": 0.05, "ds2_error": 0.5,
+             "source_limited": False, "busiest": "Calc"},
+            {"query": "q5", "configuration": "Calc=2", "instances": 6, "above_cores": True,
+             "predicted_max_rate": 100.0, "ds2_linear_max_rate": 300.0, "measured_max_rate": 125.0,
+             "measured_sd": 1.0, "max_rate_error": -0.2, "ds2_error": 1.4,
+             "source_limited": True, "busiest": "Calc"}]
+    step = {"query": "q5", "target": 100.0, "start": {"Calc": 1}, "planned": {"Calc": 3}, "feasible": True,
+            "planned_instances": 6, "predicted_max_at_plan": 150.0, "before": _measure(60.0, 0.8),
+            "after": _measure(99.0, 0.01), "restart_s": 3.0}
+    out = {"cores": 2, "queries": {"q5": {"rows": rows, "calib_rows": [], "fits": {
+        "Calc": {"service_ms": 0.01, "cpu_share": 0.9, "cpu_share_source": "measured"}},
+        "true_rates": {"Calc": 1e5}, "visits": {"Calc": 1.0}, "step": step, "rescales": [], "topology": {}}}}
+    res = fs._result(s, out, 100.0)
+    assert res.metrics["max_rate_abs_error_median"] == pytest.approx(0.125)
+    assert res.metrics["share_within_15pct"] == 0.5 and res.metrics["test_configs_above_cores"] == 2
+    assert res.metrics["ds2_abs_error_median"] == pytest.approx(0.95)
+    assert res.metrics["one_step_successes"] == 1.0 and res.metrics["source_limited_configs"] == 1.0
+    one = res.tables["one_step"].iloc[0]
+    # the cheapest measured configuration carrying 100/s has 4 instances: 6 is more than 10 % above
+    assert one["cheapest_measured_instances"] == 4 and not one["within_10pct_of_cheapest"]
+    assert not one["start_carried_target"]
+    assert "missed" in res.summary and "1/1 queries met the target" in res.summary
