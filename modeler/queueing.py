@@ -974,7 +974,7 @@ def cpu_work_per_tuple(compiled: CompiledModel, parallelism: np.ndarray) -> np.n
     parallelism [n, V] (service times at that parallelism, broadcast copies counted; no stretch).
     The job cannot sustain a rate at which this times the rate reaches its cores."""
     P = np.atleast_2d(np.asarray(parallelism, dtype=np.int64))
-    visit, _, _ = _traffic(compiled, P)
+    visit = _traffic(compiled, P)[0]
     cpu = compiled.cpu_share if compiled.cpu_share is not None else np.ones(P.shape[1])
     return (visit * compiled.service_at(P) * cpu).sum(axis=1)
 
@@ -1561,9 +1561,10 @@ def predict_batch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.nda
                            **columns)
 
 
-def _traffic(compiled: CompiledModel, P: np.ndarray) -> tuple[np.ndarray, list, dict]:
+def _traffic(compiled: CompiledModel, P: np.ndarray) -> tuple[np.ndarray, list, dict, np.ndarray]:
     """Traffic per unit input rate at parallelism ``P`` [n, V]: visit ratios [n, V], each
-    operator's instance classes (``_Classes``) and the flow on every edge per unit input rate."""
+    operator's instance classes (``_Classes``), the flow on every edge per unit input rate, and
+    the hottest instance's share of each operator's arrivals [n, V]."""
     n, V = P.shape
     Pf = P.astype(float)
     inv_p = 1.0 / Pf
@@ -1604,7 +1605,8 @@ def _traffic(compiled: CompiledModel, P: np.ndarray) -> tuple[np.ndarray, list, 
             share = sum(f[:, None] * c.share for f, c in zip(flows, exp)) / safe
             share = np.where(total[:, None] > 0, share, exp[0].share)
             classes.append(_Classes(share=share, count=(share > 0).astype(float)))
-    return visit, classes, edge_flow
+    hot_share = np.stack([c.share.max(axis=1) if c.width > 1 else c.share[:, 0] for c in classes], axis=1)
+    return visit, classes, edge_flow, hot_share
 
 
 def core_stretch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.ndarray | float) -> np.ndarray:
@@ -1618,8 +1620,7 @@ def core_stretch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.ndar
     if compiled.cores is None:
         return np.ones((n, V))
     ES = compiled.service_at(P)
-    visit, classes, _ = _traffic(compiled, P)
-    hot_share = np.stack([c.share.max(axis=1) if c.width > 1 else c.share[:, 0] for c in classes], axis=1)
+    visit, classes, _, hot_share = _traffic(compiled, P)
     cores = _SharedCores(compiled, classes, visit, ES, P.astype(float))
     has_capacity = compiled.service_s > 0
     with np.errstate(divide="ignore"):
@@ -1638,8 +1639,7 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
     has_capacity = compiled.service_s > 0
 
     # 1. Traffic per unit input rate (visit ratios) and per-instance shares.
-    visit, classes, edge_flow = _traffic(compiled, P)
-    hot_share = np.stack([c.share.max(axis=1) if c.width > 1 else c.share[:, 0] for c in classes], axis=1)
+    visit, classes, edge_flow, hot_share = _traffic(compiled, P)
     # Utilization of the hottest instance per unit of input rate.
     hot_load = visit * hot_share * ES
     hot_load[:, ~has_capacity] = 0.0
