@@ -33,6 +33,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from experiments.flink.livejob import LiveJob
 from experiments.harness import ExperimentContext, ExperimentError, ExperimentResult
 
 NAME = "flink-accuracy"
@@ -55,42 +56,14 @@ def _settings(quick: bool) -> dict:
             "tests": [(1, 2), (2, 1), (2, 3), (3, 3), (3, 4)], "target_rate": 450.0, "start": (1, 1)}
 
 
-class _Job:
-    """A submitted SleepPipeline with its metrics source and actuator; ``windows(n)`` reads the
-    next n complete windows (after ``skip`` warm-up windows) as ``JobWindow``s."""
+class _Job(LiveJob):
+    """A submitted SleepPipeline (``experiments.flink.jobs.submit``); its one source is Source."""
 
     def __init__(self, cluster, spec, window_s: float):
         from experiments.flink.jobs import submit
-        from scheduler.flink import FlinkMetricsConfig, FlinkMetricsSource, LiveActuatorConfig, LiveFlinkActuator
 
-        self.cluster = cluster
-        self.id = submit(cluster, spec)
-        self.source = FlinkMetricsSource(cluster.rest_url, self.id, FlinkMetricsConfig(
-            window_s=window_s, settle_s=1.0, job_label=JOB))
-        self.actuator = LiveFlinkActuator(cluster.rest_url, self.id, LiveActuatorConfig(ready_timeout_s=120.0))
-        self.as_of: float | None = None
-
-    def windows(self, n: int, skip: int | None = None) -> list:
-        from scheduler.observe import job_windows
-
-        if skip is None:  # one warm-up window after the submission; a rescale already waited settle_s
-            skip = 1 if self.as_of is None else 0
-        out = []
-        while len(out) < n + skip:
-            batch = self.source.read(self.as_of)
-            self.as_of = batch.as_of_s
-            out.extend(job_windows(batch, sources=["Source"]))
-        return out[skip:skip + n]
-
-    def rescale(self, config: dict) -> float:
-        done = self.actuator.apply(config, reason="flink-accuracy")
-        return float(done.restart_s or 0.0)
-
-    def cancel(self) -> None:
-        try:
-            self.cluster.cancel(self.id)
-        except Exception:  # noqa: BLE001 - the cluster is stopped next anyway
-            pass
+        super().__init__(cluster, submit(cluster, spec), window_s, JOB, reason="flink-accuracy",
+                         sources=["Source"])
 
 
 def _summary_of(windows) -> dict:

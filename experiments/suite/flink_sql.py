@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from experiments.flink.livejob import LiveJob
 from experiments.harness import ExperimentContext, ExperimentError, ExperimentResult
 
 NAME = "flink-sql"
@@ -210,43 +211,17 @@ def one_step_verdict(after_rate: float, after_bp_mean: float, target: float) -> 
 
 # --- the live job ------------------------------------------------------------------------------
 
-class _Job:
-    """A submitted SQL query with its metrics source and actuator; ``windows(n)`` reads the next
-    n complete windows (after ``skip`` warm-up windows) as ``JobWindow``s."""
+class _Job(LiveJob):
+    """A submitted SQL query (``experiments.flink.sql.submit``) and its job graph, read once
+    after the submission (``graph``: refreshed by ``_to`` after a rescale)."""
 
     def __init__(self, cluster, spec, window_s: float):
         from experiments.flink.sql import submit
-        from scheduler.flink import FlinkMetricsConfig, FlinkMetricsSource, LiveActuatorConfig, LiveFlinkActuator
 
-        self.cluster = cluster
+        super().__init__(cluster, submit(cluster, spec), window_s, spec.job_name, reason="flink-sql")
         self.spec = spec
-        self.id = submit(cluster, spec)
-        self.source = FlinkMetricsSource(cluster.rest_url, self.id, FlinkMetricsConfig(
-            window_s=window_s, settle_s=1.0, job_label=spec.job_name))
-        self.actuator = LiveFlinkActuator(cluster.rest_url, self.id, LiveActuatorConfig(ready_timeout_s=120.0))
         self.graph = self.source.graph()
         self.sources = self.graph.sources()
-        self.as_of: float | None = None
-
-    def windows(self, n: int, skip: int = 1) -> list:
-        from scheduler.observe import job_windows
-
-        out = []
-        while len(out) < n + skip:
-            batch = self.source.read(self.as_of)
-            self.as_of = batch.as_of_s
-            out.extend(w for w in job_windows(batch, sources=self.sources))
-        return out[skip:skip + n]
-
-    def rescale(self, config: dict) -> float:
-        done = self.actuator.apply(config, reason="flink-sql")
-        return float(done.restart_s or 0.0)
-
-    def cancel(self) -> None:
-        try:
-            self.cluster.cancel(self.id)
-        except Exception:  # noqa: BLE001 - the cluster is stopped next anyway
-            pass
 
 
 def _input_rate(w, sources: list[str], graph) -> float:
