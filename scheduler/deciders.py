@@ -395,6 +395,13 @@ class PreemptiveConfig:
     settings together (2 h, 0.7, on) had been worse on the evaluation days (86.8 -> 129.7 min,
     WC98's match-day spikes), so those two stay off. The evaluation days' figures are in
     docs/RESULTS.md (preemptive)."""
+    reserved_reconfigurations: int = 0
+    """``scheduler.schedule.ScheduleConfig.reserved_reconfigurations``: of the daily budget, this
+    many changes a day are left unplanned for re-plans when the load leaves the forecast."""
+    solver: str = "rules"
+    """``scheduler.schedule.ScheduleConfig.solver``: ``rules`` (segments, greedy merges, priced
+    scale-downs) or ``priced`` (the cheapest timeline over the forecast by dynamic programming:
+    instance-hours at ``violation_s_per_instance_hour`` plus every change's restart violation)."""
 
 
 def epoch_clock(now_s: float) -> pd.Timestamp:
@@ -611,7 +618,8 @@ class PreemptiveDecider:
                              max_reconfigurations_per_day=p.max_reconfigurations_per_day,
                              plan=PlanConfig(targets), restart_s=self.restart_s(ctx.model, ctx.config),
                              shift_s=p.shift_s, price_running=p.price_running,
-                             violation_s_per_instance_hour=p.violation_s_per_instance_hour)
+                             violation_s_per_instance_hour=p.violation_s_per_instance_hour,
+                             solver=p.solver, reserved_reconfigurations=p.reserved_reconfigurations)
         key = (id(ctx.model), targets)
         if key != self._plans_key:
             self._plans, self._plans_key = {}, key

@@ -55,6 +55,16 @@ How the timeline is built (``docs/scheduler.md`` has the same with examples):
    may be issued up to ``shift_s`` earlier than its lead time, a scale-down up to ``shift_s``
    later than its segment start, at the grid time with the least restart violation plus the
    instance-hours the larger configuration is held for longer (at the exchange rate of step 6).
+8. **The priced solver** (``solver = "priced"``, instead of steps 3-7). After steps 1-2 every
+   grid step has its level; the configurations are the plans for the distinct levels (and the
+   running one). A dynamic program over (step, configuration in force) finds the timeline of
+   least cost: instance-hours x ``violation_s_per_instance_hour`` plus, per change, its restart
+   violation at the forecast load when it is issued (``lead_time_s`` before it is in force),
+   with every configuration that may run meeting the targets at every step's level (from a
+   change's issue on, the old and the new). Merges, scale-down pricing and restart-aware issue
+   times all follow from the one objective. The daily budget is kept by a price per change,
+   raised until no 24 h window holds more than ``max_reconfigurations_per_day -
+   reserved_reconfigurations`` (``recent_issues`` counted). O(steps x configurations) per pass.
 """
 
 from __future__ import annotations
@@ -73,6 +83,8 @@ from scheduler.plan import Plan, PlanConfig, plan
 from scheduler.targets import Targets
 
 DAY_S = 86400.0
+SOLVERS = ("rules", "priced")
+"""``ScheduleConfig.solver`` values."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,12 @@ class ScheduleConfig:
     (never past the next change), when the forecast load is lower then: the restart's backlog
     drains faster. The time with the least restart violation plus the extra instance-hours it
     holds (at ``violation_s_per_instance_hour``) is taken. 0 = changes at their default times."""
+    solver: str = "rules"
+    """How the timeline is chosen: ``rules`` (steps 3-7 of the module docstring: segments of equal
+    level, greedy merges, priced scale-downs) or ``priced`` (step 8: the cheapest timeline by
+    dynamic programming over the grid, instance-hours at ``violation_s_per_instance_hour`` plus
+    every change's restart violation at the forecast load when it is issued, under the daily
+    budget)."""
 
     def check(self) -> None:
         for name in ("lead_time_s", "stabilization_s", "rate_resolution", "restart_s", "backlog_slo_s",
@@ -134,6 +152,8 @@ class ScheduleConfig:
         if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < m:
             raise SchedulerError("must be an integer >= 0 and below max_reconfigurations_per_day",
                                  field="reserved_reconfigurations", value=r)
+        if self.solver not in SOLVERS:
+            raise SchedulerError(f"must be one of {', '.join(SOLVERS)}", field="solver", value=self.solver)
         self.plan.check()
 
 
@@ -319,16 +339,14 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
         if current_config is None:
             return False
         if rate not in covers_cache:
-            pr = predict(compiled, current_config, rate)
-            ok = not pr.saturated and max(
-                (o.max_utilization for o in pr.operators.values()), default=0.0
-            ) <= config.plan.utilization_target * (1 + 1e-9)
-            slo = config.plan.latency_slo_ms
-            if ok and slo is not None:
-                value = pr.latency_ms.get(config.plan.latency_stat)
-                ok = value is not None and value <= slo
-            covers_cache[rate] = bool(ok)
+            covers_cache[rate] = meets_targets(compiled, current_config, rate, config.plan)
         return covers_cache[rate]
+
+    if config.solver == "priced":
+        recs, reasons, feasible = _priced_timeline(
+            compiled, idx, t_s, values, demand, level, current_load, current_config, recent, now, plan_for, config)
+        return _finish(compiled, recs, reasons, feasible, now, current_config, recent, idx, values, demand,
+                       level, config)
 
     def initial_is_change() -> bool:
         return not current_covers(seg[0][2]) and (
@@ -452,6 +470,15 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     reasons.extend(priced)
     if priced_now:
         reasons.append(priced_now)
+    return _finish(compiled, recs, reasons, feasible, now, current_config, recent, idx, values, demand, level,
+                   config)
+
+
+def _finish(compiled: CompiledModel, recs: list, reasons: list, feasible: bool, now: pd.Timestamp,
+            current_config, recent: np.ndarray, idx: pd.DatetimeIndex, values: np.ndarray, demand: np.ndarray,
+            level: np.ndarray, config: ScheduleConfig) -> Schedule:
+    """The ``Schedule`` of ``recs``: the budget check and the per-step table."""
+    K = config.max_reconfigurations_per_day
     fixed = [now + pd.Timedelta(seconds=float(x)) for x in recent]
     over = max_per_day(fixed + [r.issue_at for r in recs if r.direction != "keep"])
     if over > K:
@@ -469,6 +496,236 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     }, index=idx)
     return Schedule(reconfigurations=tuple(recs), steps=steps, feasible=feasible, reasons=tuple(reasons),
                     now=now, current_config=current_config)
+
+
+def meets_targets(compiled: CompiledModel, config: Mapping[str, int], rate: float, targets: PlanConfig) -> bool:
+    """``config`` meets ``targets`` at ``rate`` tuples/s: not saturated, every instance at or below
+    the utilization target, and the latency statistic within the SLO when one is set."""
+    pr = predict(compiled, dict(config), rate)
+    ok = not pr.saturated and max(
+        (o.max_utilization for o in pr.operators.values()), default=0.0
+    ) <= targets.utilization_target * (1 + 1e-9)
+    if ok and targets.latency_slo_ms is not None:
+        value = pr.latency_ms.get(targets.latency_stat)
+        ok = value is not None and value <= targets.latency_slo_ms
+    return bool(ok)
+
+
+def _priced_timeline(compiled: CompiledModel, idx: pd.DatetimeIndex, t_s: np.ndarray, values: np.ndarray,
+                     demand: np.ndarray, level: np.ndarray, current_load: float,
+                     current: Mapping[str, int] | None, recent: np.ndarray, now: pd.Timestamp, plan_for,
+                     config: ScheduleConfig) -> tuple[list, list[str], bool]:
+    """Step 8 of the module docstring: the cheapest timeline, by dynamic programming.
+
+    State: the configuration in force at each grid step, among the plans for the distinct levels
+    (and the running configuration). It must meet the targets at the step's level (lookahead,
+    stabilization and the measured-load floor included, as for the rules); steps before
+    ``now + lead_time_s`` keep the running configuration (nothing issued now is in force
+    earlier). Cost: instance-hours x ``violation_s_per_instance_hour``, plus per change
+    ``restart_violation_s`` of the new configuration at the forecast load when it is issued
+    (``lead_time_s`` before it is in force; the restart runs then, so from its issue on either
+    configuration may be running and both must meet the levels), plus ``lam``, a price per
+    change raised (doubling, then bisection) until no 24 h window holds more than the budget
+    (``max_reconfigurations_per_day - reserved_reconfigurations``, counting ``recent``).
+    Because the restart charge depends only on the new configuration and the time, the best
+    predecessor of a change is the cheapest other state, so one pass is O(steps x states).
+
+    Returns the reconfigurations (as ``schedule`` records them), the reasons and feasibility."""
+    variable = [n for n in compiled.names if not compiled.model.operator(n).is_source]
+    n_steps = len(idx)
+    step_s = float((idx[1] - idx[0]).total_seconds()) if n_steps > 1 else max(config.lead_time_s, 60.0)
+    lead_s = config.lead_time_s
+    levels = np.unique(level)
+    req = np.searchsorted(levels, level)
+
+    # Candidates: one per distinct plan (the highest level it was planned for), plus the running one.
+    keys: dict[tuple, int] = {}
+    cands: list[dict[str, int]] = []
+    known: list[int] = []  # highest level index each candidate is known to meet (-1: none yet)
+    for k, lv in enumerate(levels):
+        c = dict(plan_for(float(lv)).config)
+        key = tuple(sorted(c.items()))
+        if key in keys:
+            known[keys[key]] = k
+        else:
+            keys[key], known = len(cands), known + [k]
+            cands.append(c)
+    cur = None
+    if current is not None:
+        key = tuple(sorted((n, int(v)) for n, v in current.items()))
+        if key not in keys:
+            keys[key], known = len(cands), known + [-1]
+            cands.append(dict(current))
+        cur = keys[key]
+    meets_cache: dict[tuple, bool] = {}
+
+    def meets(b: int, j: int) -> bool:
+        key = (b, j)
+        if key not in meets_cache:
+            meets_cache[key] = meets_targets(compiled, cands[b], float(levels[j]), config.plan)
+        return meets_cache[key]
+
+    cover = np.empty(len(cands), dtype=int)  # highest level index met (monotone in the rate)
+    for b in range(len(cands)):
+        lo, hi = known[b], len(levels)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if meets(b, mid) else (lo, mid)
+        cover[b] = lo
+    inst = np.array([sum(int(c[n]) for n in variable) for c in cands], dtype=float)
+    mu = np.array([predict(compiled, c, 1.0).max_rate for c in cands])
+
+    forced = (t_s < lead_s - 1e-9) if cur is not None else np.zeros(n_steps, bool)
+    allowed = cover[None, :] >= req[:, None]
+    if cur is not None:
+        allowed[forced, :] = False
+        allowed[forced, cur] = True
+    can_change = ~forced
+    issue_s = t_s - lead_s
+    at = np.searchsorted(t_s, issue_s + 1e-9, side="right") - 1
+    # Between issue and in force either configuration may run (the engine restarts as soon as
+    # the change is issued): a change in force at i must also meet the levels from its issue on.
+    before = np.array([int(req[max(a, 0):i].max()) if a < i and i > 0 else -1 for i, a in enumerate(at)])
+    switch_ok = cover[None, :] >= before[:, None]
+    issue_load = np.where(at >= 0, values[np.clip(at, 0, None)], current_load)
+    restart = np.array([[restart_violation_s(config.restart_s, m, float(x), config.backlog_slo_s)
+                         for m in mu] for x in issue_load])
+    restart = np.minimum(restart, 1e12)  # a change into a saturated restart: possible, at a huge price
+    # per step held; the 1e-9 breaks ties towards fewer instances at an exchange rate of 0
+    hold = inst * (step_s / 3600.0) * config.violation_s_per_instance_hour + 1e-9 * inst
+    M = len(cands)
+    arange = np.arange(M)
+    limit = config.max_reconfigurations_per_day - config.reserved_reconfigurations
+
+    def solve(lam: float) -> tuple[np.ndarray, float]:
+        back = np.empty((n_steps, M), dtype=int)
+        if cur is None:
+            cost = np.where(allowed[0], hold, np.inf)
+            back[0] = arange
+        else:
+            stay = np.full(M, np.inf)
+            stay[cur] = 0.0
+            back[0] = cur
+            if can_change[0]:
+                switch = np.where(switch_ok[0], restart[0] + lam, np.inf)
+                switch[cur] = np.inf
+                stay = np.minimum(stay, switch)
+            cost = np.where(allowed[0], stay + hold, np.inf)
+        for i in range(1, n_steps):
+            new, pred = cost, arange
+            if can_change[i]:
+                order = np.argsort(cost, kind="stable")
+                best = np.full(M, order[0])
+                if M > 1:
+                    best[order[0]] = order[1]
+                switch = np.where(switch_ok[i], cost[best] + restart[i] + lam, np.inf)
+                take = switch < cost
+                new, pred = np.where(take, switch, cost), np.where(take, best, arange)
+            cost = np.where(allowed[i], new + hold, np.inf)
+            back[i] = pred
+        path = np.empty(n_steps, dtype=int)
+        path[-1] = int(np.argmin(cost))
+        for i in range(n_steps - 1, 0, -1):
+            path[i - 1] = back[i, path[i]]
+        return path, float(cost[path[-1]])
+
+    def changes_of(path: np.ndarray) -> list[int]:
+        """Steps at which a change is in force (with no running configuration, the first step's
+        configuration is the initial one, not a change)."""
+        out, prev = [], cur
+        for i in range(n_steps):
+            if prev is not None and path[i] != prev:
+                out.append(i)
+            prev = path[i]
+        return out
+
+    def within_budget(path: np.ndarray) -> bool:
+        planned = np.array([issue_s[i] for i in changes_of(path)], dtype=float)
+        if len(planned) == 0:
+            return True
+        fixed = np.concatenate([np.asarray(recent, float), [0.0] if cur is None else []])  # + the initial
+        events = np.sort(np.concatenate([fixed, planned]))
+        for t in events:
+            inside = (events >= t - 1e-9) & (events < t + DAY_S)
+            window = (planned >= t - 1e-9) & (planned < t + DAY_S)
+            if inside.sum() > limit and window.any():
+                return False
+        return True
+
+    lam = 0.0
+    path, _ = solve(lam)
+    if not within_budget(path):
+        lo, hi = 0.0, max(config.restart_s, 1.0) * 2
+        while True:
+            path, _ = solve(hi)
+            if within_budget(path) or hi > 1e9:
+                break
+            lo, hi = hi, hi * 2
+        for _ in range(10):
+            mid = 0.5 * (lo + hi)
+            p_mid, _ = solve(mid)
+            if within_budget(p_mid):
+                hi, path = mid, p_mid
+            else:
+                lo = mid
+        lam = hi
+
+    # Records: a change in force at step i is issued lead_time_s before it.
+    reasons: list[str] = []
+    feasible = True
+    for j in sorted(set(req.tolist())):
+        p = plan_for(float(levels[j]))
+        if not p.feasible:
+            feasible = False
+            first = int(np.argmax(req == j))
+            reasons.append(f"no feasible configuration for {levels[j]:,.1f} tuples/s ({idx[first]}): "
+                           + "; ".join(p.reasons))
+    lead = pd.Timedelta(seconds=lead_s)
+    starts = changes_of(path)
+    recs: list[Reconfiguration] = []
+    late_first = cur is not None and bool(np.any(forced & (cover[cur] < req)))
+    if cur is not None:
+        recs.append(Reconfiguration(
+            issue_at=now, effective_at=now, segment_start=now, config=dict(current), instances=int(inst[cur]),
+            level=float(levels[cover[cur]]) if cover[cur] >= 0 else 0.0, direction="keep", late=False,
+            reason=f"the running configuration stays in force until {idx[starts[0]] if starts else idx[-1]}"
+                   + (" although it misses the targets before a change can be in place" if late_first else "")))
+    else:
+        e = starts[0] if starts else n_steps
+        recs.append(Reconfiguration(
+            issue_at=now, effective_at=now, segment_start=now, config=cands[path[0]], instances=int(inst[path[0]]),
+            level=float(level[:e].max()), direction="initial", late=False,
+            reason=f"in force from now: sized for {level[:e].max():,.1f} tuples/s (max of the measured load "
+                   f"{current_load:,.1f} and the forecast until {idx[e - 1]})"))
+    ends = starts[1:] + [n_steps]
+    for k, (s, e) in enumerate(zip(starts, ends)):
+        b = int(path[s])
+        a = int(path[s - 1]) if s > 0 else cur
+        seg_level = float(level[s:e].max())
+        issue = idx[s] - lead
+        load = float(issue_load[s])
+        charge = float(restart[s, b])
+        if mu[b] > mu[a]:
+            direction = "up"
+            peak_i = s + int(np.argmax(demand[s:e]))
+            why = (f"priced schedule: the forecast rises to {demand[peak_i]:,.1f} tuples/s at {idx[peak_i]}; "
+                   f"issued at a forecast load of {load:,.1f} tuples/s, its restart costs {charge:,.0f} s")
+        else:
+            direction = "down"
+            hours = (e - s) * step_s / 3600.0
+            saved = inst[a] - inst[b]
+            why = (f"priced schedule: {saved:g} instance(s) fewer for {hours:.1f} h are worth "
+                   f"{saved * hours * config.violation_s_per_instance_hour:,.0f} s of violation at "
+                   f"{config.violation_s_per_instance_hour:g} s per instance-hour; its restart costs "
+                   f"{charge:,.0f} s at a forecast load of {load:,.1f} tuples/s")
+        recs.append(Reconfiguration(
+            issue_at=issue, effective_at=issue + lead, segment_start=idx[s], config=dict(cands[b]),
+            instances=int(inst[b]), level=seg_level, direction=direction,
+            late=bool(k == 0 and late_first), reason=why))
+    if lam > 0:
+        reasons.append(f"priced schedule: every change also charged {lam:,.0f} s to keep within "
+                       f"{limit} changes in any 24 h")
+    return recs, reasons, feasible
 
 
 def restart_violation_s(restart_s: float, capacity: float, load: float, backlog_slo_s: float = 1.0) -> float:

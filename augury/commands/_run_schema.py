@@ -365,6 +365,7 @@ RANGES: dict[str, str] = {
     "PreemptiveConfig.lead_time_s": "[0, inf)",  # ScheduleConfig.check
     "PreemptiveConfig.stabilization_s": "[0, inf)",  # ScheduleConfig.check
     "PreemptiveConfig.max_reconfigurations_per_day": "[1, inf)",
+    "PreemptiveConfig.reserved_reconfigurations": "[0, inf)",  # and below max_reconfigurations_per_day (run.py)
     "PreemptiveConfig.replan_s": "(0, inf)",
     "PreemptiveConfig.refit_s": "(0, inf)",
     "PreemptiveConfig.reactive_trigger": "(0, inf)",
@@ -401,6 +402,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "Targets.latency_stat": _LATENCY_STATS,
     "TrustConfig.latency_stat": _LATENCY_STATS,
     "PreemptiveConfig.method": _FORECAST_METHODS,
+    "PreemptiveConfig.solver": ("rules", "priced"),  # scheduler.schedule.SOLVERS
     "LoadForecastConfig.method": _FORECAST_METHODS,
     "FlinkMetricsConfig.mode": ("counters", "rates"),
 }

@@ -278,6 +278,14 @@ def _preemptive_spec(path: str, base: Path, raw: dict | None, model_path: str, t
     if not isinstance(config.max_reconfigurations_per_day, int) or config.max_reconfigurations_per_day < 1:
         raise _fail(path, "forecast.max_reconfigurations_per_day", config.max_reconfigurations_per_day,
                     "must be an integer >= 1")
+    from scheduler.schedule import SOLVERS
+
+    r = config.reserved_reconfigurations
+    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < config.max_reconfigurations_per_day:
+        raise _fail(path, "forecast.reserved_reconfigurations", r,
+                    "must be an integer >= 0 and below max_reconfigurations_per_day")
+    if config.solver not in SOLVERS:
+        raise _fail(path, "forecast.solver", config.solver, f"must be one of {', '.join(SOLVERS)}")
     return config, read_history
 
 

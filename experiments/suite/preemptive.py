@@ -149,6 +149,11 @@ class Params:
     shift_s: float = 0.0
     """augury's restart-aware issue times (``scheduler.schedule`` step 7): how far a priced change
     may move to a lower load (trace s); the ``preemptive-stateful`` experiment compares."""
+    reserved_reconfigurations: int = 0
+    """Of augury's daily budget, changes left unplanned for reactive re-plans
+    (``scheduler.deciders.PreemptiveConfig.reserved_reconfigurations``)."""
+    solver: str = "rules"
+    """augury's schedule solver (``scheduler.deciders.PreemptiveConfig.solver``)."""
     oracle_interval_s: float = 4 * 3600.0
     """The oracle decides this often (6 times a day, augury's budget)."""
 
@@ -163,7 +168,8 @@ def settings(params: Params):
         max_reconfigurations_per_day=params.max_reconfigurations_per_day, replan_s=params.replan_s,
         refit_s=params.refit_s, reactive_trigger=params.reactive_trigger, band_quantile=params.band_quantile,
         restart_s=params.restart_s,
-        violation_s_per_instance_hour=params.violation_s_per_instance_hour, shift_s=params.shift_s)
+        violation_s_per_instance_hour=params.violation_s_per_instance_hour, shift_s=params.shift_s,
+        solver=params.solver, reserved_reconfigurations=params.reserved_reconfigurations)
 
 
 def replay_seed(seed: int, trace: str) -> int:

@@ -129,6 +129,9 @@ def test_choices_follow_the_code():
 
     assert rs.CHOICES["Targets.latency_stat"] == LATENCY_STATS
     assert rs.CHOICES["PreemptiveConfig.method"] == (AUTO,) + METHODS
+    from scheduler.schedule import SOLVERS
+
+    assert rs.CHOICES["PreemptiveConfig.solver"] == SOLVERS
 
 
 def test_hand_read_keys_are_read_by_run_py():

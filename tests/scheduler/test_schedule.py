@@ -160,13 +160,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(values=st.lists(st.floats(min_value=0, max_value=HIGH), min_size=4, max_size=48),
        budget=st.integers(min_value=1, max_value=8), reserved=st.integers(min_value=0, max_value=3),
-       n_recent=st.integers(min_value=0, max_value=4))
-def test_invariants_budget_and_capacity(values, budget, reserved, n_recent):
+       n_recent=st.integers(min_value=0, max_value=4), solver=st.sampled_from(["rules", "priced"]))
+def test_invariants_budget_and_capacity(values, budget, reserved, n_recent, solver):
     reserved = min(reserved, budget - 1)
     forecast = pd.Series(values, index=IDX[:len(values)])
     now = IDX[0] - pd.Timedelta(minutes=30)
     recent = [now - pd.Timedelta(hours=2 * (k + 1)) for k in range(n_recent)]
-    cfg = ScheduleConfig(max_reconfigurations_per_day=budget, reserved_reconfigurations=reserved)
+    cfg = ScheduleConfig(max_reconfigurations_per_day=budget, reserved_reconfigurations=reserved, solver=solver,
+                         restart_s=30.0 if solver == "priced" else 0.0)
     s = schedule(MODEL, forecast, float(values[0]), cfg, now=now, recent_issues=recent)
     from scheduler.schedule import max_per_day
 
@@ -350,3 +351,110 @@ def test_price_running_counts_the_way_back_up():
     taken = schedule(MODEL, dip, LOW, ScheduleConfig(**base, violation_s_per_instance_hour=1.5 * (down + back) / saved_ih),
                      current_config=high)
     assert taken.reconfigurations[0].direction == "initial" and dict(taken.reconfigurations[0].config) == low
+
+
+# ----------------------------------------------------------------------------- the priced solver
+
+
+def _priced(**kw) -> ScheduleConfig:
+    base = dict(stabilization_s=0, rate_resolution=0, lookahead_s=0, lead_time_s=600, restart_s=30.0,
+                solver="priced")
+    return ScheduleConfig(**{**base, **kw})
+
+
+def test_priced_solver_weighs_a_dip_like_the_rules():
+    # a scale-down and the way back up are made exactly when the instance-hours saved, priced,
+    # pay for both restarts. Either configuration may run from a change's issue on, so the
+    # scale-down is issued once the load is LOW (in force 30 min into the 1 h dip) and the
+    # scale-up lead_time_s before the load returns: both restarts at the LOW load.
+    from scheduler.schedule import restart_violation_s
+
+    high, low = plan(MODEL, HIGH), plan(MODEL, LOW)
+    saved_ih = (high.instances - low.instances) * 0.5
+    cost = (restart_violation_s(30.0, predict(MODEL, dict(low.config), 1.0).max_rate, LOW)
+            + restart_violation_s(30.0, predict(MODEL, dict(high.config), 1.0).max_rate, LOW))
+    breakeven = cost / saved_ih
+    below = schedule(MODEL, _dip(1), HIGH, _priced(violation_s_per_instance_hour=0.95 * breakeven))
+    above = schedule(MODEL, _dip(1), HIGH, _priced(violation_s_per_instance_hour=1.05 * breakeven))
+    assert _directions(below) == [] and _directions(above) == ["down", "up"]
+    down = [r for r in above.reconfigurations if r.direction == "down"][0]
+    assert "priced schedule" in down.reason
+    assert f"{high.instances - low.instances:g} instance(s) fewer for 0.5 h" in down.reason
+    for s in (below, above):
+        assert not replay(MODEL, s, _dip(1)).violation.any()
+
+
+def _path_cost(cfgs, forecast, step_s, cfg, start_cfg):
+    """Brute-force cost of a path of configurations in force per step (test oracle)."""
+    from scheduler.schedule import restart_violation_s
+
+    total, prev = 0.0, start_cfg
+    for i, c in enumerate(cfgs):
+        n = sum(v for k, v in c.items() if not MODEL.model.operator(k).is_source)
+        total += n * step_s / 3600.0 * cfg.violation_s_per_instance_hour
+        if prev is not None and c != prev:
+            load = forecast.iloc[i - 1] if i >= 1 else LOW  # issued lead_time_s (one step) earlier
+            total += restart_violation_s(cfg.restart_s, predict(MODEL, c, 1.0).max_rate, load)
+        prev = c
+    return total
+
+
+def test_priced_solver_is_the_cheapest_timeline_by_exhaustive_search():
+    import itertools
+
+    idx = pd.date_range("2026-01-01", periods=7, freq="15min")
+    rates = [LOW, 0.6 * HIGH, HIGH, 0.5 * HIGH, LOW, 0.8 * HIGH, LOW]
+    forecast = pd.Series(rates, index=idx)
+    cfg = _priced(lead_time_s=900, restart_s=120.0, violation_s_per_instance_hour=400.0)
+    start = dict(plan(MODEL, LOW).config)
+    s = schedule(MODEL, forecast, LOW, cfg, now=idx[0] - pd.Timedelta(minutes=15), current_config=start)
+    got = [s.config_at(ts) for ts in idx]
+    options = [dict(plan(MODEL, r).config) for r in sorted(set(rates))]
+    from scheduler.schedule import meets_targets
+
+    best = math_inf = float("inf")
+    for path in itertools.product(range(len(options)), repeat=len(idx) - 1):
+        cfgs = [start] + [options[k] for k in path]  # step 0 is before now + lead: the running one
+        if not all(meets_targets(MODEL, c, r, cfg.plan) for c, r in zip(cfgs[1:], rates[1:])):
+            continue
+        best = min(best, _path_cost(cfgs, forecast, 900.0, cfg, start))
+    assert best < math_inf
+    assert _path_cost(got, forecast, 900.0, cfg, start) == pytest.approx(best, rel=1e-9)
+
+
+def test_priced_solver_keeps_the_daily_budget_and_covers_the_forecast():
+    values = np.where(np.arange(len(IDX)) % 6 < 3, HIGH, LOW)  # a peak every 3 h
+    forecast = pd.Series(values, index=IDX)
+    free = schedule(MODEL, forecast, LOW, _priced(max_reconfigurations_per_day=100, violation_s_per_instance_hour=1e4))
+    capped = schedule(MODEL, forecast, LOW, _priced(max_reconfigurations_per_day=5, violation_s_per_instance_hour=1e4))
+    assert free.per_day() > 5
+    assert capped.per_day() <= 5
+    assert any("to keep within 5 changes" in r for r in capped.reasons)
+    for s in (free, capped):
+        assert (s.steps["capacity"] >= s.steps["forecast"] * (1 - 1e-9)).all()
+
+
+def test_priced_solver_issues_a_scale_up_at_the_lowest_load_when_holding_is_cheap():
+    # LOW, then a shoulder, then HIGH. The scale-up's restart drains at mu - load, so it is
+    # cheapest at LOW; at a near-zero price per instance-hour it goes in before the shoulder,
+    # at 60 s per instance-hour holding 20 more instances for 2 h costs more than it saves and it
+    # goes in lead_time_s before HIGH.
+    low = plan(MODEL, LOW)
+    mu = predict(MODEL, dict(low.config), 1.0).max_rate
+    values = np.full(len(IDX), LOW)
+    values[10:14] = 0.95 * 0.7 * mu
+    values[14:20] = HIGH
+    forecast = pd.Series(values, index=IDX)
+    ups = {}
+    for price in (0.01, 60.0):
+        s = schedule(MODEL, forecast, LOW, _priced(restart_s=300.0, violation_s_per_instance_hour=price),
+                     current_config=dict(low.config))
+        ups[price] = [r for r in s.reconfigurations if r.direction == "up"]
+        assert len(ups[price]) == 1
+    assert ups[0.01][0].segment_start <= IDX[10] and "forecast load of 2,000.0" in ups[0.01][0].reason
+    assert ups[60.0][0].segment_start == IDX[14]
+
+
+def test_unknown_solver_is_a_typed_error():
+    with pytest.raises(SchedulerError, match="solver"):
+        ScheduleConfig(solver="greedy").check()
