@@ -8,7 +8,8 @@ entries in ``GuardView``, and keeps the returned ``GuardState`` for the next ste
 2. **Stabilization**: nothing for ``stabilization_s`` after the last action (``hold``).
 3. **Blackout**: nothing inside a daily UTC window (``hold``).
 4. **Daily budget**: at most ``max_reconfigurations_per_day`` applied reconfigurations in any
-   ``budget_window_s`` (24 h unless scaled; a restart of one instance is not a reconfiguration).
+   ``budget_window_s`` (24 h unless scaled; a restart of one instance is not a reconfiguration);
+   with ``budget_spares_scale_ups`` a spent budget stops scale-downs only.
 5. **Bounds and step cap**: every operator within ``[min, max]`` parallelism (global and the
    model's per-operator bounds), at most ``max_change_per_step`` instances gained or lost.
 6. **Scale-down delay**: a pure scale-down must be recommended continuously for
@@ -58,6 +59,11 @@ class GuardRails:
     """Most applied reconfigurations in any ``budget_window_s`` (None = no budget)."""
     budget_window_s: float = DAY_S
     """The daily budget's window (s): a day (scaled with the other times in a compressed replay)."""
+    budget_spares_scale_ups: bool = False
+    """A scale-up (no operator scaled down) passes a spent daily budget, which then stops
+    scale-downs only: a load the plan missed is still met (a spent budget otherwise holds an
+    under-provisioned job for up to a day). Changes stay bounded: with no scale-down allowed,
+    each one past the budget adds instances, up to the parallelism limits."""
     advisor: bool = False
     """Decide and log, never act."""
 
@@ -193,13 +199,19 @@ def _one(d: Decision, state: GuardState, rails: GuardRails,
     if d.kind != DecisionKind.SCALE or not d.config:
         return None, state, notes
     budget = rails.max_reconfigurations_per_day
+    target = clamp(d.config, current, rails, view.bounds)
     if budget is not None:
         used = sum(1 for t in state.changes_s if t > now - rails.budget_window_s)
         if used >= budget:
-            return None, state, [f"daily budget spent: {used} reconfigurations in the last "
-                                 f"{rails.budget_window_s:g} s "
-                                 f"(max_reconfigurations_per_day = {budget})"]
-    target = clamp(d.config, current, rails, view.bounds)
+            spent = (f"daily budget spent: {used} reconfigurations in the last {rails.budget_window_s:g} s "
+                     f"(max_reconfigurations_per_day = {budget})")
+            if not rails.budget_spares_scale_ups:
+                return None, state, [spent]
+            # only the scale-up part passes: nothing is scaled down past a spent budget
+            target = {k: max(v, current[k]) for k, v in target.items()}
+            if all(target[k] == current[k] for k in target):
+                return None, state, [spent]
+            notes.append(spent + ": a scale-up passes (budget_spares_scale_ups)")
     down = [k for k in target if target[k] < current[k]]
     up = [k for k in target if target[k] > current[k]]
     if down and not up:

@@ -149,6 +149,8 @@ class Params:
     shift_s: float = 0.0
     """augury's restart-aware issue times (``scheduler.schedule`` step 7): how far a priced change
     may move to a lower load (trace s); the ``preemptive-stateful`` experiment compares."""
+    budget_spares_scale_ups: bool = False
+    """augury's guard lets a scale-up past a spent daily budget (``GuardRails.budget_spares_scale_ups``)."""
     reserved_reconfigurations: int = 0
     """Of augury's daily budget, changes left unplanned for reactive re-plans
     (``scheduler.deciders.PreemptiveConfig.reserved_reconfigurations``)."""
@@ -217,7 +219,8 @@ def loop_config(params: Params):
     return LoopConfig(interval_s=params.window_s * params.speedup,
                       targets=Targets(utilization_target=params.augury_utilization_target,
                                       latency_slo_ms=params.latency_slo_ms),
-                      guard=GuardRails(max_reconfigurations_per_day=params.max_reconfigurations_per_day))
+                      guard=GuardRails(max_reconfigurations_per_day=params.max_reconfigurations_per_day,
+                                       budget_spares_scale_ups=params.budget_spares_scale_ups))
 
 
 def prepare(trace: str, params: Params, days: float, seed: int, truth, traces_dir, spec: tuple | None = None):
