@@ -34,6 +34,7 @@ from experiments.testbed import kernel as K
 from experiments.testbed.config import TestbedConfig
 from experiments.testbed.errors import TestbedError
 from experiments.testbed.faults import HotKey, Rescale, SlowInstance, check_faults
+from experiments.testbed.hosts import host_name, slot_host
 from experiments.testbed.load import as_load
 from modeler.errors import ModelError
 from modeler.keys import key_group_of, key_weights
@@ -166,6 +167,12 @@ class Testbed:
         self._timeout_ms = float(timeout)
         self._shares = model.source_shares()
         self._keys()
+        # hosts (issue 26): without ``hosts`` one implicit host 0 that nothing refers to
+        self._nhosts = int(self.cfg.hosts) if self.cfg.hosts is not None else 1
+        self._excluded: set[int] = set()
+        """Hosts the placement avoids: lost hosts and hosts the operator moved instances off."""
+        self._inst_host = np.zeros(0, dtype=np.int64)
+        """Host of every instance (global index of the current arrays)."""
 
         # bookkeeping in Python
         self._t_ms = 0.0
@@ -305,6 +312,13 @@ class Testbed:
                                          "state_mb": estimate.state_mb})
         return Actuation(applied=True, config=new, restart_s=restart_s, detail=reason)
 
+    def placement(self) -> dict[tuple[str, int], int]:
+        """{(operator, instance): host} now (host indices; without ``hosts`` every instance is on
+        host 0). The rule: ``experiments.testbed.hosts``."""
+        s = self._s
+        return {(self._names[int(s.inst_op[i])], int(s.inst_local[i])): int(self._inst_host[i])
+                for i in range(len(s.inst_op))}
+
     def restart_instance(self, operator: str, instance: int, reason: str = "") -> Actuation:
         """Restart one instance on a healthy host (``scheduler.loop.InstanceRestarter``): the
         slow-instance faults active on it end (one that starts later still applies); its queue and
@@ -326,17 +340,20 @@ class Testbed:
 
     # ------------------------------------------------------------------ results
     def frame(self) -> pd.DataFrame:
-        """Every complete window's rows in the normalized raw schema (``history.schema``)."""
+        """Every complete window's rows in the normalized raw schema (``history.schema``); with
+        ``TestbedConfig.hosts`` also its optional ``host`` column (``host-<h>``; None on the
+        operator-level ``parallelism`` row)."""
         parts = []
         for start_ms, cols in self._windows:
             n = len(cols["metric"])
             parts.append(pd.DataFrame({
                 "ts": np.full(n, start_ms, dtype=float), "operator": cols["operator"],
                 "instance": cols["instance"], "metric": cols["metric"], "value": cols["value"],
-                "target": cols["target"],
+                "target": cols["target"], "host": cols["host"],
             }))
         if not parts:
-            df = pd.DataFrame({c: [] for c in ("ts", "operator", "instance", "metric", "value", "target")})
+            df = pd.DataFrame({c: [] for c in ("ts", "operator", "instance", "metric", "value", "target",
+                                               "host")})
         else:
             df = pd.concat(parts, ignore_index=True)
         ts = self._start_ts + pd.to_timedelta(df["ts"].to_numpy(dtype=float), unit="ms")
@@ -350,6 +367,8 @@ class Testbed:
             "value": df["value"].astype(float),
             "target": df["target"].astype(object),
         })
+        if self.cfg.hosts is not None:
+            out["host"] = df["host"].astype(object)
         return out
 
     def events_frame(self) -> pd.DataFrame:
@@ -609,7 +628,7 @@ class Testbed:
             self._w.append({
                 "in": np.zeros(mp, dtype=np.int64), "out": np.zeros((mp, self._max_out), dtype=np.int64),
                 "time": np.zeros((mp, 3)), "q": np.zeros(mp), "seen": np.zeros(mp, dtype=bool),
-                "ext": np.zeros(mp, dtype=np.int64),
+                "ext": np.zeros(mp, dtype=np.int64), "host": np.full(mp, -1, dtype=np.int64),
             })
         self._w_lat: list[tuple[np.ndarray, np.ndarray]] = []
 
@@ -634,6 +653,7 @@ class Testbed:
             w["q"][:p] += s.q_area[sl]
             w["ext"][:p] += s.ext_in[sl]
             w["seen"][:p] = True
+            w["host"][:p] = self._inst_host[sl]  # where it ran last in the window
             self._tot_in[v] += int(s.rec_in[sl].sum())
             self._tot_soj[v] += float(s.soj_sum[sl].sum())
             self._tot_ext[v] += int(s.ext_in[sl].sum())
@@ -649,14 +669,16 @@ class Testbed:
     def _close_window(self) -> None:
         self._harvest()
         s = self._s
-        ops, insts, metrics, values, targets = [], [], [], [], []
+        ops, insts, metrics, values, targets, hosts = [], [], [], [], [], []
+        named = self.cfg.hosts is not None
 
-        def add(op, inst, metric, value, target=None):
+        def add(op, inst, metric, value, target=None, per_instance=True):
             ops.append(op)
             insts.append(inst)
             metrics.append(metric)
             values.append(float(value))
             targets.append(target)
+            hosts.append(host_name(w["host"][inst]) if named and per_instance else None)
 
         lat_vals, lat_inst = (self._w_lat[0] if self._w_lat else (np.zeros(0), np.zeros(0, dtype=np.int64)))
         for v, name in enumerate(self._names):
@@ -675,7 +697,7 @@ class Testbed:
                     add(name, l, "source_lag", lag)
                 else:
                     add(name, l, "queue_len", w["q"][l] / self._window_ms)
-            add(name, 0, "parallelism", self._p[v])
+            add(name, 0, "parallelism", self._p[v], per_instance=False)
             if self._is_sink[v] and len(lat_vals):
                 mine = (lat_inst >> 32) == v
                 locs = lat_inst[mine] & ((1 << 32) - 1)
@@ -691,7 +713,7 @@ class Testbed:
             self._lat_all.append(lat_vals)
         cols = {"operator": np.array(ops, dtype=object), "instance": np.array(insts, dtype=np.int32),
                 "metric": np.array(metrics, dtype=object), "value": np.array(values),
-                "target": np.array(targets, dtype=object)}
+                "target": np.array(targets, dtype=object), "host": np.array(hosts, dtype=object)}
         self._windows.append((self._win_start_ms, cols))
         self._win_start_ms += self._window_ms
         self._reset_window()
@@ -832,6 +854,14 @@ class Testbed:
             v = inst_op[i]
             for k, e in enumerate(self._out[v]):
                 rr[i, k] = inst_local[i] % new_p[self._opi[self._edges[e].target]]
+        # placement: the rule for every instance (re)started here; the others keep their host
+        inst_host = np.array([slot_host(int(l), self._nhosts, self._excluded) for l in inst_local],
+                             dtype=np.int64)
+        if old is not None:
+            for v in range(nops):
+                if v not in restarted:
+                    inst_host[op_first[v]:op_first[v] + new_p[v]] = \
+                        self._inst_host[old_first[v]:old_first[v] + new_p[v]]
         events = []  # (time, kind, instance)
         svc_ms = np.array([self._svc_ms(v, new_p[v]) for v in range(nops)])
         cores = self._cores_of(svc_ms, new_p)
@@ -1050,6 +1080,7 @@ class Testbed:
         )
         self._s = st
         self._p = list(new_p)
+        self._inst_host = inst_host
         for t, kind_, i in events:
             if kind_ == K.EXT:
                 K.hpush(st, float(t), K.EXT, int(i), int(st.ext_ver[i]))
