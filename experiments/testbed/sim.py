@@ -18,6 +18,12 @@ phase of ``cpu_share`` x S core-ms, shared egalitarian by all instances then in 
 without cores. ``busy_ms`` stays wall time from service start to completion. At a rebuild
 (rescale, restart) the carried instances keep their remaining CPU work (``_cpu_left``); a
 restarted instance's tuple is replayed, so it leaves the CPU phase.
+
+Hosts (issue 26): with ``TestbedConfig.hosts`` every instance has a host (``State.inst_host``;
+the rule: ``experiments.testbed.hosts``), and the host faults act through the kernel's
+``slow`` (slow host), ``link_ms`` / ``link_gap`` (slow link) and ``dead`` (lost host: held until
+``_failover`` restarts it elsewhere). Without hosts all of it is inert: the same draws, events and
+metrics as before.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ import pandas as pd
 from experiments.testbed import kernel as K
 from experiments.testbed.config import TestbedConfig
 from experiments.testbed.errors import TestbedError
-from experiments.testbed.faults import HotKey, Rescale, SlowInstance, check_faults
-from experiments.testbed.hosts import host_name, slot_host
+from experiments.testbed.faults import (HotKey, LostHost, LostRack, Rescale, SlowHost, SlowInstance, SlowLink,
+                                        check_faults)
+from experiments.testbed.hosts import host_name, hosts_of_rack, slot_host
 from experiments.testbed.load import as_load
 from modeler.errors import ModelError
 from modeler.keys import key_group_of, key_weights
@@ -118,7 +125,7 @@ class Testbed:
                 raise TestbedError("the testbed needs a service time for every non-source operator",
                                    file=model.source_file, field=f"{op.name}.service_time_ms")
         p0 = model.resolve_config(parallelism)
-        check_faults(faults, model, p0, faults_file)
+        check_faults(faults, model, p0, faults_file, hosts=self.cfg.hosts, hosts_per_rack=self.cfg.hosts_per_rack)
         self.faults = tuple(faults)
 
         graph = to_graph(model)
@@ -171,8 +178,10 @@ class Testbed:
         self._nhosts = int(self.cfg.hosts) if self.cfg.hosts is not None else 1
         self._excluded: set[int] = set()
         """Hosts the placement avoids: lost hosts and hosts the operator moved instances off."""
-        self._inst_host = np.zeros(0, dtype=np.int64)
-        """Host of every instance (global index of the current arrays)."""
+        self._lost: set[int] = set()
+        """Lost hosts (for good)."""
+        self._failed_over: set[int] = set()
+        """Lost hosts whose loss the engine has detected (their instances restarted elsewhere)."""
 
         # bookkeeping in Python
         self._t_ms = 0.0
@@ -185,6 +194,8 @@ class Testbed:
         """Restarting operator -> (reconfiguration number, its start in s, state restored MB)."""
         self._reconfigurations = 0
         self._active_slow: list[SlowInstance] = []
+        self._active_slow_hosts: list[SlowHost] = []
+        self._active_links: list[SlowLink] = []
         self._tot_in = np.zeros(nops, dtype=np.int64)
         self._tot_soj = np.zeros(nops)
         self._tot_ext = np.zeros(nops, dtype=np.int64)
@@ -195,10 +206,13 @@ class Testbed:
         for k, f in enumerate(self.faults):
             if isinstance(f, Rescale):
                 ctl.append((f.at_s * 1000.0, k, "rescale", f))
-            else:
+            elif not isinstance(f, (LostHost, LostRack)):
                 ctl.append((f.start_s * 1000.0, k, "on", f))
                 if math.isfinite(f.end_s):
                     ctl.append((f.end_s * 1000.0, k, "off", f))
+            elif isinstance(f, (LostHost, LostRack)):
+                ctl.append((f.start_s * 1000.0, k, "on", f))
+                ctl.append(((f.start_s + f.detection_s) * 1000.0, k, "detect", f))
         self._ctl = sorted(ctl, key=lambda c: (c[0], c[1], c[2] != "off"))
         self._ctl_pos = 0
         self._s = None
@@ -316,7 +330,7 @@ class Testbed:
         """{(operator, instance): host} now (host indices; without ``hosts`` every instance is on
         host 0). The rule: ``experiments.testbed.hosts``."""
         s = self._s
-        return {(self._names[int(s.inst_op[i])], int(s.inst_local[i])): int(self._inst_host[i])
+        return {(self._names[int(s.inst_op[i])], int(s.inst_local[i])): int(s.inst_host[i])
                 for i in range(len(s.inst_op))}
 
     def restart_instance(self, operator: str, instance: int, reason: str = "") -> Actuation:
@@ -653,7 +667,7 @@ class Testbed:
             w["q"][:p] += s.q_area[sl]
             w["ext"][:p] += s.ext_in[sl]
             w["seen"][:p] = True
-            w["host"][:p] = self._inst_host[sl]  # where it ran last in the window
+            w["host"][:p] = s.inst_host[sl]  # where it ran last in the window
             self._tot_in[v] += int(s.rec_in[sl].sum())
             self._tot_soj[v] += float(s.soj_sum[sl].sum())
             self._tot_ext[v] += int(s.ext_in[sl].sum())
@@ -684,8 +698,11 @@ class Testbed:
         for v, name in enumerate(self._names):
             w = self._w[v]
             first = int(s.op_first[v])
+            p = self._p[v]
             for l in np.flatnonzero(w["seen"]):
                 l = int(l)
+                if l < p and s.dead[first + l]:
+                    continue  # its host is lost: a dead TaskManager reports nothing
                 add(name, l, "records_in", w["in"][l])
                 for k, e in enumerate(self._out[v]):
                     add(name, l, "records_out", w["out"][l, k], self._edges[e].target)
@@ -703,6 +720,8 @@ class Testbed:
                 locs = lat_inst[mine] & ((1 << 32) - 1)
                 vals = lat_vals[mine]
                 for l in np.unique(locs):
+                    if l < self._p[v] and s.dead[int(s.op_first[v]) + l]:
+                        continue
                     x = vals[locs == l]
                     p50, p95, p99 = np.percentile(x, [50, 95, 99])
                     add(name, int(l), "latency_ms_mean", x.mean())
@@ -760,14 +779,107 @@ class Testbed:
                 self._s.e_hot_frac[:] = self._e_hot_frac
                 self._s.e_hot_kg[:] = self._e_hot_kg
                 self._log(f"fault_{'start' if what == 'on' else 'end'}", f.target, detail)
+            elif isinstance(f, SlowHost):
+                if what == "on":
+                    self._active_slow_hosts.append(f)
+                else:
+                    self._active_slow_hosts.remove(f)
+                self._set_slow()
+                self._log(f"fault_{'start' if what == 'on' else 'end'}", None,
+                          {"type": "slow_host", "host": f.host, "factor": f.factor,
+                           "instances": self._instances_on({f.host})})
+            elif isinstance(f, SlowLink):
+                if what == "on":
+                    self._active_links.append(f)
+                else:
+                    self._active_links.remove(f)
+                self._set_links()
+                self._log(f"fault_{'start' if what == 'on' else 'end'}", None,
+                          {"type": "slow_link", "host": f.host, "delay_ms": f.delay_ms,
+                           "bandwidth": f.bandwidth, "instances": self._instances_on({f.host})})
+            elif isinstance(f, (LostHost, LostRack)):
+                if what == "on":
+                    self._lose(k, f)
+                else:
+                    self._failover(k, f)
+
+    def _lost_hosts_of(self, f) -> list[int]:
+        if isinstance(f, LostHost):
+            return [f.host]
+        return hosts_of_rack(f.rack, self._nhosts, self.cfg.hosts_per_rack)
+
+    def _instances_on(self, hosts: set[int]) -> list[str]:
+        """'operator[instance]' of every instance now on one of ``hosts`` (for the event log)."""
+        s = self._s
+        return [f"{self._names[int(s.inst_op[i])]}[{int(s.inst_local[i])}]"
+                for i in np.flatnonzero(np.isin(s.inst_host, list(hosts)))]
+
+    def _lose(self, k: int, f) -> None:
+        """A host or rack is lost: its instances stop now (``kernel``: ``dead``), holding their
+        queues, tuples in service and pending outputs for the restart; their rows vanish."""
+        s = self._s
+        hosts = self._lost_hosts_of(f)
+        self._lost.update(hosts)
+        self._excluded.update(hosts)  # nothing is placed there again
+        on = np.isin(s.inst_host, hosts)
+        s.dead[on] = 1
+        kind = "lost_host" if isinstance(f, LostHost) else "lost_rack"
+        where = {"host": f.host} if isinstance(f, LostHost) else {"rack": f.rack}
+        self._log("fault_start", None, {"type": kind, **where, "hosts": hosts,
+                                        "instances": self._instances_on(set(hosts)),
+                                        "detection_s": f.detection_s})
+
+    def _failover(self, k: int | None, f, reason: str | None = None) -> float:
+        """The engine detects the loss: it restarts the whole job (``restart_scope: job``) or the
+        operators with a dead instance, placed on the surviving hosts, for the restart time of a
+        restore: the base restart time plus the restarted operators' state over the restore rate
+        (``modeler.restart``'s base and rate; a failover restores what it restarts)."""
+        s = self._s
+        hosts = self._lost_hosts_of(f) if f is not None else sorted(self._lost - self._failed_over)
+        self._failed_over.update(self._lost)  # every dead instance restarts now, whichever host it was on
+        dead_ops = {int(v) for v in np.unique(s.inst_op[s.dead == 1])}
+        kind = "lost_host" if isinstance(f, LostHost) else ("lost_rack" if f is not None else "lost_hosts")
+        reason = reason if reason is not None else f"faults[{k}]"
+        if not dead_ops:  # nothing ran there (or a restart already moved it): nothing to do
+            self._log("failover", None, {"type": kind, "hosts": hosts, "restarted": [], "restart_s": 0.0,
+                                         "reason": reason})
+            return 0.0
+        restarted = set(range(len(self._names))) if self.cfg.restart_scope == "job" else dead_ops
+        base = self.model.restart_base_s if self.model.restart_base_s is not None else float(self.cfg.restart_s)
+        state_mb = float(sum(self._ops[v].state_mb for v in restarted))
+        rate = self.model.restore_mb_per_s
+        restart_s = float(base) + (state_mb / rate if state_mb > 0 and rate else 0.0)
+        for v in restarted:
+            self._pause_from[v] = (None, self.now_s, state_mb)
+        self._reconfigure(list(self._p), restarted, restart_s)
+        self._log("failover", None, {"type": kind, "hosts": hosts, "restart_s": restart_s,
+                                     "restarted": sorted(self._names[v] for v in restarted),
+                                     "state_mb": state_mb, "reason": reason,
+                                     "placement": {f"{o}[{i}]": h for (o, i), h in self.placement().items()}})
+        return restart_s
 
     def _set_slow(self) -> None:
+        """``slow`` per instance: the product of the active slow-instance and slow-host factors."""
         s = self._s
         s.slow[:] = 1.0
         for f in self._active_slow:
             v = self._opi[f.operator]
             if f.instance < self._p[v]:
                 s.slow[int(s.op_first[v]) + f.instance] *= f.factor
+        for f in self._active_slow_hosts:
+            s.slow[s.inst_host == f.host] *= f.factor
+
+    def _set_links(self) -> None:
+        """``link_ms`` / ``link_gap`` per instance from the active slow links of its host (delays
+        add up; the smallest bandwidth wins)."""
+        s = self._s
+        s.link_ms[:] = 0.0
+        s.link_gap[:] = 0.0
+        for f in self._active_links:
+            on = s.inst_host == f.host
+            s.link_ms[on] += f.delay_ms
+            if f.bandwidth is not None:
+                s.link_gap[on] = np.maximum(s.link_gap[on], 1000.0 / f.bandwidth)
 
     def _retime(self, new_rate: float) -> None:
         """Change the external rate now; pending arrivals are re-timed (time change)."""
@@ -814,9 +926,24 @@ class Testbed:
                 if done:
                     break
         self._harvest()
+        self._forget_dead(restarted)
         self._build(new_p, restarted, spilled, restart_s=restart_s)
         self._set_slow()
+        self._set_links()
 
+    def _forget_dead(self, restarted: set[int]) -> None:
+        """A dead instance restarted now reports, in this window, only what it does from now on:
+        its counters of the window (before its host was lost, and its stale states since) went
+        with the host."""
+        s = self._s
+        for v in restarted:
+            first, p = int(s.op_first[v]), self._p[v]
+            gone = np.flatnonzero(s.dead[first:first + p])
+            if len(gone):
+                w = self._w[v]
+                for key in ("in", "out", "time", "q", "ext"):
+                    w[key][gone] = 0
+                w["seen"][gone] = False
     def _build(self, new_p: list[int], restarted: set[int], spilled, initial: bool = False,
                restart_s: float = 0.0) -> None:
         old = self._s
@@ -835,9 +962,9 @@ class Testbed:
         contents: list[list[tuple]] = [[] for _ in range(N)]  # per new instance: [(birth, arr, kg)]
         per = {}  # scalar fields
         fields_f = ("cur_birth", "cur_arr", "pause_until", "evt_time", "ext_next", "ext_rate", "last_arr",
-                    "cat_since", "q_since", "svc_t0", "svc_len", "wait_ms")
+                    "cat_since", "q_since", "svc_t0", "svc_len", "wait_ms", "link_free")
         fields_i = ("state", "cur_kg", "pend_k", "pend_rem", "pend_tot", "pend_tgt", "pend_kg", "cat",
-                    "evt_kind", "ext_ver")
+                    "evt_kind", "ext_ver", "dead")
         for f in fields_f:
             per[f] = np.zeros(N)
         for f in fields_i:
@@ -861,7 +988,7 @@ class Testbed:
             for v in range(nops):
                 if v not in restarted:
                     inst_host[op_first[v]:op_first[v] + new_p[v]] = \
-                        self._inst_host[old_first[v]:old_first[v] + new_p[v]]
+                        old.inst_host[old_first[v]:old_first[v] + new_p[v]]
         events = []  # (time, kind, instance)
         svc_ms = np.array([self._svc_ms(v, new_p[v]) for v in range(nops)])
         cores = self._cores_of(svc_ms, new_p)
@@ -999,14 +1126,16 @@ class Testbed:
         # output-buffer channels
         chan_base = np.zeros(len(self._edges), dtype=np.int64)
         nchan = 0
-        chan_dst = []
+        chan_dst, chan_src = [], []
         for k, e in enumerate(self._edges):
             chan_base[k] = nchan
             pu, pv = new_p[self._opi[e.source]], new_p[self._opi[e.target]]
             if self._batch > 1:
                 db = int(op_first[self._opi[e.target]])
+                ub = int(op_first[self._opi[e.source]])
                 for _iu in range(pu):
                     chan_dst.extend(range(db, db + pv))
+                    chan_src.extend([ub + _iu] * pv)
                 nchan += pu * pv
         B = self._batch
 
@@ -1059,6 +1188,8 @@ class Testbed:
             wait_tail=np.full(N, -1, dtype=np.int64), wait_next=np.full(N, -1, dtype=np.int64),
             in_wait=np.zeros(N, dtype=np.int64), rr=rr,
             pause_until=per["pause_until"], slow=np.ones(N), evt_time=per["evt_time"],
+            inst_host=inst_host, dead=per["dead"], link_ms=np.zeros(N), link_gap=np.zeros(N),
+            link_free=per["link_free"],
             evt_kind=per["evt_kind"], evt_ver=np.zeros(N, dtype=np.int64),
             svc_t0=per["svc_t0"], svc_len=per["svc_len"], wait_ms=per["wait_ms"],
             cpu_on=np.zeros(N, dtype=np.int64), cpu_tag=np.zeros(N), c_v=np.zeros(N),
@@ -1066,6 +1197,7 @@ class Testbed:
             ext_next=per["ext_next"], ext_rate=per["ext_rate"], ext_ver=per["ext_ver"],
             chan_n=np.zeros(nchan, dtype=np.int64), chan_first=np.zeros(nchan),
             chan_ver=np.zeros(nchan, dtype=np.int64), chan_dst=np.array(chan_dst, dtype=np.int64),
+            chan_src=np.array(chan_src, dtype=np.int64),
             chan_birth=np.zeros((max(nchan, 1), B)), chan_kg=np.zeros((max(nchan, 1), B), dtype=np.int64),
             cat=per["cat"], cat_since=per["cat_since"], acc_time=np.zeros((N, 4)), q_area=np.zeros(N),
             q_since=per["q_since"], rec_in=np.zeros(N, dtype=np.int64),
@@ -1080,7 +1212,6 @@ class Testbed:
         )
         self._s = st
         self._p = list(new_p)
-        self._inst_host = inst_host
         for t, kind_, i in events:
             if kind_ == K.EXT:
                 K.hpush(st, float(t), K.EXT, int(i), int(st.ext_ver[i]))
