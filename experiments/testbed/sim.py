@@ -337,7 +337,8 @@ class Testbed:
         """Restart one instance on a healthy host (``scheduler.loop.InstanceRestarter``): the
         slow-instance faults active on it end (one that starts later still applies); its queue and
         key groups are kept. Modelled as instantaneous: a single task restarts in well under a
-        metric window, unlike a rescale."""
+        metric window, unlike a rescale. With hosts it keeps its host (slow-host and slow-link
+        faults stay on it; ``move_off_host`` moves instances off a host)."""
         if operator not in self._opi:
             raise ActuationFailed("unknown operator", field="operator", value=operator)
         v = self._opi[operator]
@@ -351,6 +352,48 @@ class Testbed:
                                                  "slow_faults_ended": len(ended)})
         return Actuation(applied=True, config=self.current(), restart_s=0.0,
                          detail=f"restarted {operator}[{instance}]" + (f": {reason}" if reason else ""))
+
+    def move_off_host(self, host: int, reason: str = "") -> Actuation:
+        """Move every instance off ``host`` and keep the placement away from it from now on (an
+        operator draining a bad node, as Flink's blocklist does). The instances on it restart
+        on other hosts (the placement rule with the host excluded); like ``restart_instance`` this
+        is instantaneous, keeps their queues and key groups and ends their slow-instance faults;
+        host faults (slow host, slow link) follow the new placement. A lost host whose loss the
+        engine has not detected yet is failed over now (the restart of ``lost_host``, with its
+        downtime: the instances there died). Raises ``ActuationFailed`` without hosts, for an
+        unknown host, or when no live host would remain; a host already avoided is no change."""
+        n = self._nhosts
+        if self.cfg.hosts is None:
+            raise ActuationFailed("the testbed has no hosts (TestbedConfig.hosts)", field="host", value=host)
+        if isinstance(host, bool) or not isinstance(host, (int, np.integer)) or not 0 <= host < n:
+            raise ActuationFailed(f"no such host ({n} host(s): 0..{n - 1})", field="host", value=host)
+        host = int(host)
+        if host in self._lost and host not in self._failed_over:
+            restart_s = self._failover(None, None, reason=reason or "move_off_host")
+            return Actuation(applied=True, config=self.current(), restart_s=restart_s,
+                             detail=f"failed over lost host-{host}" + (f": {reason}" if reason else ""))
+        if host in self._excluded:
+            return Actuation(applied=False, config=self.current(), restart_s=0.0,
+                             detail=f"host-{host} is already avoided")
+        if len(self._excluded | {host}) >= n:
+            raise ActuationFailed("no other live host to move its instances to", field="host", value=host)
+        self._excluded.add(host)
+        s = self._s
+        moved = np.flatnonzero(s.inst_host == host)
+        names = []
+        for i in moved:
+            v, l = int(s.inst_op[i]), int(s.inst_local[i])
+            s.inst_host[i] = slot_host(l, n, self._excluded)
+            names.append((self._names[v], l))
+        ended = [f for f in self._active_slow if (f.operator, f.instance) in names]
+        self._active_slow = [f for f in self._active_slow if f not in ended]
+        self._set_slow()
+        self._set_links()
+        self._log("move_off_host", None, {"host": host, "reason": reason, "slow_faults_ended": len(ended),
+                                          "moved": {f"{o}[{l}]": int(s.inst_host[i])
+                                                    for (o, l), i in zip(names, moved)}})
+        return Actuation(applied=True, config=self.current(), restart_s=0.0,
+                         detail=f"moved {len(moved)} instance(s) off host-{host}" + (f": {reason}" if reason else ""))
 
     # ------------------------------------------------------------------ results
     def frame(self) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from experiments.testbed import Rescale, SlowInstance, Testbed, TestbedConfig, T
 from experiments.testbed import kernel as K
 from experiments.testbed.faults import DEFAULT_DETECTION_S, LostHost, LostRack, SlowHost, SlowLink
 from experiments.testbed.hosts import host_name, hosts_of_rack, rack_of, slot_host
+from scheduler.interfaces import ActuationFailed
 from tests.experiments.testbed.conftest import chain, per_window
 
 
@@ -234,3 +235,45 @@ def test_the_kernel_gives_the_same_host_results_as_plain_python(monkeypatch):
     compiled = run()
     monkeypatch.setattr(K, "run", K.run.py_func)
     assert _frames_equal(compiled, run())
+
+
+# ------------------------------------------------------------------ actuator
+
+
+def test_move_off_host_empties_the_host_at_once_and_ends_its_slowness():
+    model = chain(a_ms=1.0, b_ms=0.5, p_a=3, p_b=3, a_scv=0)
+    tb = Testbed(model, 600.0, TestbedConfig(seed=1, hosts=3, window_s=1), faults=[SlowHost(1, 2.0, 0.0)])
+    tb.advance(2)
+    act = tb.move_off_host(1, reason="bad disk")
+    assert act.applied and act.restart_s == 0.0 and act.config == tb.current() and "bad disk" in act.detail
+    assert 1 not in tb.placement().values()
+    event = tb.events[-1]
+    assert event["event"] == "move_off_host" and event["detail"]["moved"] == {"A[1]": 0, "B[1]": 0}
+    tb.advance(2)
+    f = tb.frame()
+    late = f[f.ts >= f.ts.min() + pd.Timedelta(seconds=2)]
+    assert "host-1" not in set(late["host"]) and "host-1" in set(f["host"])
+    busy, n = _per_instance(tb, "busy_ms", 2), _per_instance(tb, "records_in", 2)
+    assert busy[("A", 1)] / n[("A", 1)] == pytest.approx(1.0, rel=0.01)  # no longer on the slow host
+    assert tb.conservation().balanced()
+    assert not tb.move_off_host(1).applied  # already avoided
+    tb.apply({"A": 4})  # later placements avoid it too
+    assert 1 not in tb.placement().values()
+    tb.move_off_host(0)
+    assert set(tb.placement().values()) == {2}
+    with pytest.raises(ActuationFailed, match="no other live host"):
+        tb.move_off_host(2)
+    with pytest.raises(ActuationFailed, match="no such host"):
+        tb.move_off_host(3)
+    with pytest.raises(ActuationFailed, match="no hosts"):
+        Testbed(model, 100.0, TestbedConfig()).move_off_host(0)
+
+
+def test_move_off_a_lost_host_fails_it_over_before_detection():
+    tb = Testbed(chain(p_a=2, p_b=2), 300.0, TestbedConfig(seed=1, hosts=2, window_s=1, restart_s=1),
+                 faults=[LostHost(1, start_s=1.0, detection_s=30.0)])
+    tb.advance(2)
+    act = tb.move_off_host(1)
+    assert act.applied and act.restart_s == 1.0 and set(tb.placement().values()) == {0}
+    tb.advance(2)
+    assert tb.conservation().balanced() and per_window(tb.frame(), "records_in", "B").iloc[-1] > 0
