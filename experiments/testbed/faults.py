@@ -258,8 +258,10 @@ def check_faults(faults, model, config: Mapping[str, int], source: str | None = 
         where = f"faults[{i}]"
         if isinstance(f, HOST_FAULTS):
             if hosts is None:
+                kind = {SlowHost: "slow_host", SlowLink: "slow_link", LostHost: "lost_host",
+                        LostRack: "lost_rack"}[type(f)]
                 raise TestbedError("a host fault needs hosts (TestbedConfig.hosts)", file=source,
-                                   field=f"{where}.type", value=type(f).__name__)
+                                   field=f"{where}.type", value=kind)
             if isinstance(f, LostRack):
                 gone = hosts_of_rack(f.rack, hosts, hosts_per_rack)
                 if not gone:

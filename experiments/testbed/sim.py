@@ -206,13 +206,13 @@ class Testbed:
         for k, f in enumerate(self.faults):
             if isinstance(f, Rescale):
                 ctl.append((f.at_s * 1000.0, k, "rescale", f))
-            elif not isinstance(f, (LostHost, LostRack)):
+            elif isinstance(f, (LostHost, LostRack)):  # lost for good: the loss, then its detection
+                ctl.append((f.start_s * 1000.0, k, "on", f))
+                ctl.append(((f.start_s + f.detection_s) * 1000.0, k, "detect", f))
+            else:
                 ctl.append((f.start_s * 1000.0, k, "on", f))
                 if math.isfinite(f.end_s):
                     ctl.append((f.end_s * 1000.0, k, "off", f))
-            elif isinstance(f, (LostHost, LostRack)):
-                ctl.append((f.start_s * 1000.0, k, "on", f))
-                ctl.append(((f.start_s + f.detection_s) * 1000.0, k, "detect", f))
         self._ctl = sorted(ctl, key=lambda c: (c[0], c[1], c[2] != "off"))
         self._ctl_pos = 0
         self._s = None
@@ -987,6 +987,7 @@ class Testbed:
                 for key in ("in", "out", "time", "q", "ext"):
                     w[key][gone] = 0
                 w["seen"][gone] = False
+
     def _build(self, new_p: list[int], restarted: set[int], spilled, initial: bool = False,
                restart_s: float = 0.0) -> None:
         old = self._s
