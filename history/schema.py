@@ -13,9 +13,12 @@ instance    int32 (>= 0)                 instance index (Flink subtask index, He
 metric      string (``Metric``)          what was measured
 value       float64                      the measurement, in the metric's unit
 target      string, nullable             downstream operator (``records_out`` only)
+host        string, nullable             host the instance ran on (optional; issue 26)
 ==========  ===========================  ==================================================
 
-The row key is ``(ts, job, operator, instance, metric, target)``. Counts and times are totals
+The row key is ``(ts, job, operator, instance, metric, target)``; ``host`` is not part of it (an
+instance-window ran on one host), and rows without it stay valid: inputs may omit the column,
+and store files written before it existed read it as null (``ADDED_COLUMNS``). Counts and times are totals
 over the window; gauges are the window's mean (``source_lag``: the backlog at the window end).
 Rates are tuples/s, times are ms everywhere (see ``docs/history.md``).
 """
@@ -119,7 +122,10 @@ def job_fits_path(job: str) -> bool:
 
 KEY_COLUMNS: tuple[str, ...] = ("ts", "job", "operator", "instance", "metric", "target")
 RAW_COLUMNS: tuple[str, ...] = ("ts", "window_s", "job", "operator", "instance", "metric",
-                                "value", "target")
+                                "value", "target", "host")
+ADDED_COLUMNS: tuple[str, ...] = ("host",)
+"""Nullable columns added to ``RAW_SCHEMA`` after stores were first written: a file without one
+reads it as null."""
 
 RAW_SCHEMA = pa.schema([
     pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
@@ -130,6 +136,7 @@ RAW_SCHEMA = pa.schema([
     pa.field("metric", pa.string(), nullable=False),
     pa.field("value", pa.float64(), nullable=False),
     pa.field("target", pa.string(), nullable=True),
+    pa.field("host", pa.string(), nullable=True),
 ])
 
 

@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from history.errors import CorruptStore, StoreError
-from history.schema import (KEY_COLUMNS, QUARANTINE_COLUMNS, QUARANTINE_SCHEMA, RAW_COLUMNS,
+from history.schema import (ADDED_COLUMNS, KEY_COLUMNS, QUARANTINE_COLUMNS, QUARANTINE_SCHEMA, RAW_COLUMNS,
                             RAW_SCHEMA, TABLE_SCHEMAS, TABLES, Reason, job_fits_path)
 from history.validate import quarantine_frame, time_violations
 
@@ -450,7 +450,11 @@ class MetricStore:
         tables = []
         for p in paths:
             with _corrupt_file_is_a_store_error(p):
-                tables.append(pq.read_table(p, filters=filters).select(schema.names).cast(schema))
+                table = pq.read_table(p, filters=filters)
+                for name in ADDED_COLUMNS:  # a file written before the column existed: null
+                    if name in schema.names and name not in table.column_names:
+                        table = table.append_column(name, pa.nulls(table.num_rows, schema.field(name).type))
+                tables.append(table.select(schema.names).cast(schema))
         return pa.concat_tables(tables).to_pandas()
 
     def check_files(self, files: list[str]) -> dict[str, int]:

@@ -2,7 +2,7 @@
 
 Checks, in order (a row gets the first reason that applies; see ``schema.Reason``):
 ``malformed_row`` (preset by the adapter), ``missing_field`` (empty job/operator/metric),
-``bad_name`` (a job, operator or target longer than ``MAX_NAME_CHARS``, or a job too long to name a
+``bad_name`` (a job, operator, target or host longer than ``MAX_NAME_CHARS``, or a job too long to name a
 store directory), ``unknown_metric``, ``bad_timestamp`` (not ISO 8601, not epoch seconds, or
 outside [``TS_MIN``, ``TS_MAX``)), ``bad_window``
 (window_s not a positive number), ``bad_instance`` (not an integer >= 0),
@@ -145,7 +145,7 @@ def validate(cands: pd.DataFrame) -> Validated:
 
     for column in ("job", "operator", "metric"):
         flag(empty(column), Reason.MISSING_FIELD, f"{column} is empty")
-    for column in ("job", "operator", "target"):
+    for column in ("job", "operator", "target", "host"):
         length = df[column].map(lambda v: len(str(v).strip()) if v is not None else 0)
         flag(length > MAX_NAME_CHARS, Reason.BAD_NAME,
              f"{column} is longer than {MAX_NAME_CHARS} characters: " + length.astype(str) + " characters")
@@ -179,6 +179,10 @@ def validate(cands: pd.DataFrame) -> Validated:
     flag(target.notna() & (metric != "records_out"), Reason.UNEXPECTED_TARGET,
          "only records_out may name a target: " + target.astype(str))
 
+    # host: optional (None when absent or empty); not part of the row key
+    host = df["host"].map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v))
+                          or not str(v).strip() else str(v).strip())
+
     ok = reason.isna()
     typed = pd.DataFrame({
         "ts": ts[ok].dt.as_unit("us"),
@@ -189,6 +193,7 @@ def validate(cands: pd.DataFrame) -> Validated:
         "metric": metric[ok],
         "value": value[ok],
         "target": target[ok],
+        "host": host[ok],
         "file": df["file"][ok],
         "line": df["line"][ok],
     })

@@ -109,6 +109,7 @@ def generate(rows: int, out_dir: Path, seed: int = 7, first_window: int = 0,
             "metric": pa.array(np.tile(metrics, n), pa.string()),
             "value": pa.array(values),
             "target": pa.array(np.tile(targets, n), pa.string()),
+            "host": pa.nulls(n * per_window, pa.string()),
         }, schema=RAW_SCHEMA)
         path = out_dir / f"{prefix}-{len(files):04d}.parquet"
         pq.write_table(table, path)

@@ -15,8 +15,8 @@ from typing import Mapping
 import pandas as pd
 
 from experiments.testbed.errors import TestbedError
-from modeler.limits import (MAX_BUFFER_TUPLES, MAX_DURATION_S, MAX_KEYS, MAX_MODEL_NUMBER, MAX_QUEUE,
-                            check_number)
+from modeler.limits import (MAX_BUFFER_TUPLES, MAX_DURATION_S, MAX_KEYS, MAX_MODEL_NUMBER, MAX_PARALLELISM,
+                            MAX_QUEUE, check_number)
 
 SERVICE_DISTRIBUTIONS = ("auto", "exponential", "gamma", "lognormal", "deterministic", "bimodal")
 DELAY_DISTRIBUTIONS = ("deterministic", "exponential", "gamma", "lognormal")
@@ -92,6 +92,13 @@ class TestbedConfig:
     """Key ids drawn uniformly for key edges with 'many uniform keys' (count unset)."""
     max_backlog: int = 1 << 25
     """Largest external backlog per source instance, tuples (memory guard)."""
+    hosts: int | None = None
+    """Hosts the instances run on (numbered 0..hosts-1; placement: ``experiments.testbed.hosts``).
+    None = one implicit host: the testbed without hosts, bit for bit (no ``host`` column, and
+    host faults are refused). With hosts every per-instance metric row names its host."""
+    hosts_per_rack: int | None = None
+    """Hosts per rack (host h is on rack h // hosts_per_rack); None = every host on rack 0.
+    Needs ``hosts``."""
     operators: Mapping[str, OperatorOverride] = field(default_factory=dict)
     """Per-operator overrides by operator name."""
 
@@ -129,6 +136,12 @@ class TestbedConfig:
                maximum=MAX_BUFFER_TUPLES)
         number("many_keys", self.many_keys, positive=True, integer=True, maximum=MAX_KEYS)
         number("max_backlog", self.max_backlog, positive=True, integer=True, maximum=MAX_QUEUE)
+        # a host per slot at most is the placement's useful range; more hosts stay empty
+        number("hosts", self.hosts, positive=True, integer=True, allow_none=True, maximum=MAX_PARALLELISM)
+        number("hosts_per_rack", self.hosts_per_rack, positive=True, integer=True, allow_none=True,
+               maximum=MAX_PARALLELISM)
+        if self.hosts_per_rack is not None and self.hosts is None:
+            raise bad("needs hosts (racks group hosts)", "hosts_per_rack", self.hosts_per_rack)
         frac = self.bimodal_slow_fraction
         if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac < 1:
             raise bad("must be within (0, 1)", "bimodal_slow_fraction", self.bimodal_slow_fraction)

@@ -34,6 +34,16 @@ both phases (busy time is wall time, stretched CPU time included). With ``F_CORE
 takes exactly the unshared path (no CPU events, same draws and event order); the driver sets 0
 when the cores are not fewer than the instances that can compute.
 
+Hosts (issue 26; ``inst_host`` all 0 and the rest inert without them): an instance with
+``dead[i]`` (its host is lost) drops its COMPLETE / START / WAKE events and starts nothing, so it
+holds its queue, its tuple in service and its pending outputs until the driver rebuilds it
+elsewhere (a restart replays them). A tuple instance i sends to an instance on another host
+arrives ``link_ms[i]`` later (a slow link leaving i's host; with output buffers the channel's
+sender ``chan_src`` is looked up at shipping). With ``link_gap[i]`` > 0 (1 / the link's
+bandwidth, ms per tuple) i sends a cross-host tuple only when its link is free (``link_free[i]``
+<= now; then it is busy for ``link_gap`` more ms): otherwise i is ``BLOCKED`` (back-pressured
+time) with a WAKE at ``link_free[i]``, not on any wait list (``blocked_on`` -1).
+
 Random numbers come from pools pre-drawn by the driver (``*_pool``); when one runs low the loop
 returns ``NEED_POOL`` before the next event, the driver refills and calls again. The loop also
 returns early when the latency buffer or a source backlog is full, or the heap needs room.
@@ -85,13 +95,15 @@ STATE_FIELDS = (
     "state", "cur_birth", "cur_arr", "cur_kg", "pend_k", "pend_rem", "pend_tot", "pend_tgt",
     "pend_kg", "blocked_on", "wait_head", "wait_tail", "wait_next", "in_wait", "rr",
     "pause_until", "slow", "evt_time", "evt_kind", "evt_ver",
+    # hosts: placement, lost instances, slow links leaving the instance's host
+    "inst_host", "dead", "link_ms", "link_gap", "link_free",
     # shared cores: the current service's start and S (also kept without sharing, for a rebuild
     # that turns sharing on), its wait phase, CPU-phase flag and virtual end; the tag heap
     "svc_t0", "svc_len", "wait_ms", "cpu_on", "cpu_tag", "c_v", "c_seq", "c_id",
     # sources
     "ext_next", "ext_rate", "ext_ver",
     # batching channels
-    "chan_n", "chan_first", "chan_ver", "chan_dst", "chan_birth", "chan_kg",
+    "chan_n", "chan_first", "chan_ver", "chan_dst", "chan_src", "chan_birth", "chan_kg",
     # accounting
     "cat", "cat_since", "acc_time", "q_area", "q_since", "rec_in", "rec_out", "ext_in",
     "soj_sum", "lat_val", "lat_inst",
@@ -314,6 +326,9 @@ def _ship(s, c, now):
             m[M_LOW] = 1
             if m[M_NPOS] >= NN:
                 m[M_NPOS] = 0
+    src = s.chan_src[c]
+    if s.link_ms[src] > 0.0 and s.inst_host[j] != s.inst_host[src]:
+        arr += s.link_ms[src]
     s.chan_n[c] = 0
     s.chan_ver[c] += 1
     s.reserved[j] -= n
@@ -410,6 +425,11 @@ def run(s, t_end):
     evt_time = s.evt_time
     evt_kind = s.evt_kind
     evt_ver = s.evt_ver
+    inst_host = s.inst_host
+    dead = s.dead
+    link_ms = s.link_ms
+    link_gap = s.link_gap
+    link_free = s.link_free
     svc_t0 = s.svc_t0
     svc_len = s.svc_len
     wait_ms = s.wait_ms
@@ -509,7 +529,7 @@ def run(s, t_end):
                 _hpush(h_t, h_seq, h_kind, h_id, h_ver, m, tn, EXT, i, ext_ver[i])
             else:
                 ext_next[i] = np.inf
-            if state[i] == IDLE:
+            if state[i] == IDLE and dead[i] == 0:
                 do_start = True
         elif kind == FLUSH:
             if ver == chan_ver[i]:
@@ -541,6 +561,8 @@ def run(s, t_end):
                 kind = COMPLETE  # nothing to wait for: complete now
             elif ver != evt_ver[i]:
                 continue
+            if dead[i]:
+                continue  # its host is lost: it holds what it has until the restart
             evt_kind[i] = -1
             if kind == COMPLETE:
                 op = inst_op[i]
@@ -662,6 +684,25 @@ def run(s, t_end):
                             wait_tail[j] = i
                         blocked = True
                         break
+                    gap = link_gap[i]
+                    if gap > 0.0 and inst_host[j] != inst_host[i]:
+                        lf = link_free[i]
+                        if lf > now:
+                            # the slow link is still sending the previous tuple: wait for it
+                            if state[i] != BLOCKED:
+                                state[i] = BLOCKED
+                                acc_time[i, cat[i]] += now - cat_since[i]
+                                cat[i] = C_BP
+                                cat_since[i] = now
+                            blocked_on[i] = -1
+                            v_ = evt_ver[i] + 1
+                            evt_ver[i] = v_
+                            evt_time[i] = lf
+                            evt_kind[i] = WAKE
+                            _hpush(h_t, h_seq, h_kind, h_id, h_ver, m, lf, WAKE, i, v_)
+                            blocked = True
+                            break
+                        link_free[i] = now + gap
                     kg = pend_kg[i]
                     pend_tgt[i] = -1
                     pend_rem[i] -= 1
@@ -687,6 +728,8 @@ def run(s, t_end):
                             m[M_LOW] = 1
                             if m[M_NPOS] >= NN:
                                 m[M_NPOS] = 0
+                    if link_ms[i] > 0.0 and inst_host[j] != inst_host[i]:
+                        arr += link_ms[i]
                     if arr < last_arr[j]:
                         arr = last_arr[j]
                     last_arr[j] = arr

@@ -1,7 +1,7 @@
 """Writing a testbed run: metrics (Parquet + CSV, the normalized raw schema), events, summary.
 
 ``OUT/metrics.parquet`` (``history.schema.RAW_SCHEMA``) and ``OUT/metrics.csv`` (same columns;
-``ts`` ISO 8601 UTC, empty ``target`` = none), ``OUT/events.csv`` (t_s, ts, event, operator,
+``ts`` ISO 8601 UTC, empty ``target`` = none, empty ``host`` = no hosts configured), ``OUT/events.csv`` (t_s, ts, event, operator,
 detail as JSON), ``OUT/summary.json`` (run parameters and totals).
 """
 
@@ -71,6 +71,8 @@ def write_outputs(testbed, out_dir: str | Path, wall_s: float | None = None) -> 
     except OSError as err:
         raise TestbedError(f"cannot create the output directory: {err.strerror}", file=str(out)) from None
     frame = testbed.frame()
+    if "host" not in frame:  # no hosts configured: the optional column stays null
+        frame["host"] = None
     paths = {"metrics_parquet": out / "metrics.parquet", "metrics_csv": out / "metrics.csv",
              "events": out / "events.csv", "summary": out / "summary.json"}
     # Each file is written to a temporary name and renamed (history.files): a run that fails

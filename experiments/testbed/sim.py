@@ -18,6 +18,12 @@ phase of ``cpu_share`` x S core-ms, shared egalitarian by all instances then in 
 without cores. ``busy_ms`` stays wall time from service start to completion. At a rebuild
 (rescale, restart) the carried instances keep their remaining CPU work (``_cpu_left``); a
 restarted instance's tuple is replayed, so it leaves the CPU phase.
+
+Hosts (issue 26): with ``TestbedConfig.hosts`` every instance has a host (``State.inst_host``;
+the rule: ``experiments.testbed.hosts``), and the host faults act through the kernel's
+``slow`` (slow host), ``link_ms`` / ``link_gap`` (slow link) and ``dead`` (lost host: held until
+``_failover`` restarts it elsewhere). Without hosts all of it is inert: the same draws, events and
+metrics as before.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ import pandas as pd
 from experiments.testbed import kernel as K
 from experiments.testbed.config import TestbedConfig
 from experiments.testbed.errors import TestbedError
-from experiments.testbed.faults import HotKey, Rescale, SlowInstance, check_faults
+from experiments.testbed.faults import (HotKey, LostHost, LostRack, Rescale, SlowHost, SlowInstance, SlowLink,
+                                        check_faults)
+from experiments.testbed.hosts import host_name, hosts_of_rack, slot_host
 from experiments.testbed.load import as_load
 from modeler.errors import ModelError
 from modeler.keys import key_group_of, key_weights
@@ -117,7 +125,7 @@ class Testbed:
                 raise TestbedError("the testbed needs a service time for every non-source operator",
                                    file=model.source_file, field=f"{op.name}.service_time_ms")
         p0 = model.resolve_config(parallelism)
-        check_faults(faults, model, p0, faults_file)
+        check_faults(faults, model, p0, faults_file, hosts=self.cfg.hosts, hosts_per_rack=self.cfg.hosts_per_rack)
         self.faults = tuple(faults)
 
         graph = to_graph(model)
@@ -166,6 +174,14 @@ class Testbed:
         self._timeout_ms = float(timeout)
         self._shares = model.source_shares()
         self._keys()
+        # hosts (issue 26): without ``hosts`` one implicit host 0 that nothing refers to
+        self._nhosts = int(self.cfg.hosts) if self.cfg.hosts is not None else 1
+        self._excluded: set[int] = set()
+        """Hosts the placement avoids: lost hosts and hosts the operator moved instances off."""
+        self._lost: set[int] = set()
+        """Lost hosts (for good)."""
+        self._failed_over: set[int] = set()
+        """Lost hosts whose loss the engine has detected (their instances restarted elsewhere)."""
 
         # bookkeeping in Python
         self._t_ms = 0.0
@@ -178,6 +194,8 @@ class Testbed:
         """Restarting operator -> (reconfiguration number, its start in s, state restored MB)."""
         self._reconfigurations = 0
         self._active_slow: list[SlowInstance] = []
+        self._active_slow_hosts: list[SlowHost] = []
+        self._active_links: list[SlowLink] = []
         self._tot_in = np.zeros(nops, dtype=np.int64)
         self._tot_soj = np.zeros(nops)
         self._tot_ext = np.zeros(nops, dtype=np.int64)
@@ -188,6 +206,9 @@ class Testbed:
         for k, f in enumerate(self.faults):
             if isinstance(f, Rescale):
                 ctl.append((f.at_s * 1000.0, k, "rescale", f))
+            elif isinstance(f, (LostHost, LostRack)):  # lost for good: the loss, then its detection
+                ctl.append((f.start_s * 1000.0, k, "on", f))
+                ctl.append(((f.start_s + f.detection_s) * 1000.0, k, "detect", f))
             else:
                 ctl.append((f.start_s * 1000.0, k, "on", f))
                 if math.isfinite(f.end_s):
@@ -305,11 +326,19 @@ class Testbed:
                                          "state_mb": estimate.state_mb})
         return Actuation(applied=True, config=new, restart_s=restart_s, detail=reason)
 
+    def placement(self) -> dict[tuple[str, int], int]:
+        """{(operator, instance): host} now (host indices; without ``hosts`` every instance is on
+        host 0). The rule: ``experiments.testbed.hosts``."""
+        s = self._s
+        return {(self._names[int(s.inst_op[i])], int(s.inst_local[i])): int(s.inst_host[i])
+                for i in range(len(s.inst_op))}
+
     def restart_instance(self, operator: str, instance: int, reason: str = "") -> Actuation:
         """Restart one instance on a healthy host (``scheduler.loop.InstanceRestarter``): the
         slow-instance faults active on it end (one that starts later still applies); its queue and
         key groups are kept. Modelled as instantaneous: a single task restarts in well under a
-        metric window, unlike a rescale."""
+        metric window, unlike a rescale. With hosts it keeps its host (slow-host and slow-link
+        faults stay on it; ``move_off_host`` moves instances off a host)."""
         if operator not in self._opi:
             raise ActuationFailed("unknown operator", field="operator", value=operator)
         v = self._opi[operator]
@@ -324,19 +353,64 @@ class Testbed:
         return Actuation(applied=True, config=self.current(), restart_s=0.0,
                          detail=f"restarted {operator}[{instance}]" + (f": {reason}" if reason else ""))
 
+    def move_off_host(self, host: int, reason: str = "") -> Actuation:
+        """Move every instance off ``host`` and keep the placement away from it from now on (an
+        operator draining a bad node, as Flink's blocklist does). The instances on it restart
+        on other hosts (the placement rule with the host excluded); like ``restart_instance`` this
+        is instantaneous, keeps their queues and key groups and ends their slow-instance faults;
+        host faults (slow host, slow link) follow the new placement. A lost host whose loss the
+        engine has not detected yet is failed over now (the restart of ``lost_host``, with its
+        downtime: the instances there died). Raises ``ActuationFailed`` without hosts, for an
+        unknown host, or when no live host would remain; a host already avoided is no change."""
+        n = self._nhosts
+        if self.cfg.hosts is None:
+            raise ActuationFailed("the testbed has no hosts (TestbedConfig.hosts)", field="host", value=host)
+        if isinstance(host, bool) or not isinstance(host, (int, np.integer)) or not 0 <= host < n:
+            raise ActuationFailed(f"no such host ({n} host(s): 0..{n - 1})", field="host", value=host)
+        host = int(host)
+        if host in self._lost and host not in self._failed_over:
+            restart_s = self._failover(None, None, reason=reason or "move_off_host")
+            return Actuation(applied=True, config=self.current(), restart_s=restart_s,
+                             detail=f"failed over lost host-{host}" + (f": {reason}" if reason else ""))
+        if host in self._excluded:
+            return Actuation(applied=False, config=self.current(), restart_s=0.0,
+                             detail=f"host-{host} is already avoided")
+        if len(self._excluded | {host}) >= n:
+            raise ActuationFailed("no other live host to move its instances to", field="host", value=host)
+        self._excluded.add(host)
+        s = self._s
+        moved = np.flatnonzero(s.inst_host == host)
+        names = []
+        for i in moved:
+            v, l = int(s.inst_op[i]), int(s.inst_local[i])
+            s.inst_host[i] = slot_host(l, n, self._excluded)
+            names.append((self._names[v], l))
+        ended = [f for f in self._active_slow if (f.operator, f.instance) in names]
+        self._active_slow = [f for f in self._active_slow if f not in ended]
+        self._set_slow()
+        self._set_links()
+        self._log("move_off_host", None, {"host": host, "reason": reason, "slow_faults_ended": len(ended),
+                                          "moved": {f"{o}[{l}]": int(s.inst_host[i])
+                                                    for (o, l), i in zip(names, moved)}})
+        return Actuation(applied=True, config=self.current(), restart_s=0.0,
+                         detail=f"moved {len(moved)} instance(s) off host-{host}" + (f": {reason}" if reason else ""))
+
     # ------------------------------------------------------------------ results
     def frame(self) -> pd.DataFrame:
-        """Every complete window's rows in the normalized raw schema (``history.schema``)."""
+        """Every complete window's rows in the normalized raw schema (``history.schema``); with
+        ``TestbedConfig.hosts`` also its optional ``host`` column (``host-<h>``; None on the
+        operator-level ``parallelism`` row)."""
         parts = []
         for start_ms, cols in self._windows:
             n = len(cols["metric"])
             parts.append(pd.DataFrame({
                 "ts": np.full(n, start_ms, dtype=float), "operator": cols["operator"],
                 "instance": cols["instance"], "metric": cols["metric"], "value": cols["value"],
-                "target": cols["target"],
+                "target": cols["target"], "host": cols["host"],
             }))
         if not parts:
-            df = pd.DataFrame({c: [] for c in ("ts", "operator", "instance", "metric", "value", "target")})
+            df = pd.DataFrame({c: [] for c in ("ts", "operator", "instance", "metric", "value", "target",
+                                               "host")})
         else:
             df = pd.concat(parts, ignore_index=True)
         ts = self._start_ts + pd.to_timedelta(df["ts"].to_numpy(dtype=float), unit="ms")
@@ -350,6 +424,8 @@ class Testbed:
             "value": df["value"].astype(float),
             "target": df["target"].astype(object),
         })
+        if self.cfg.hosts is not None:
+            out["host"] = df["host"].astype(object)
         return out
 
     def events_frame(self) -> pd.DataFrame:
@@ -609,7 +685,7 @@ class Testbed:
             self._w.append({
                 "in": np.zeros(mp, dtype=np.int64), "out": np.zeros((mp, self._max_out), dtype=np.int64),
                 "time": np.zeros((mp, 3)), "q": np.zeros(mp), "seen": np.zeros(mp, dtype=bool),
-                "ext": np.zeros(mp, dtype=np.int64),
+                "ext": np.zeros(mp, dtype=np.int64), "host": np.full(mp, -1, dtype=np.int64),
             })
         self._w_lat: list[tuple[np.ndarray, np.ndarray]] = []
 
@@ -634,6 +710,7 @@ class Testbed:
             w["q"][:p] += s.q_area[sl]
             w["ext"][:p] += s.ext_in[sl]
             w["seen"][:p] = True
+            w["host"][:p] = s.inst_host[sl]  # where it ran last in the window
             self._tot_in[v] += int(s.rec_in[sl].sum())
             self._tot_soj[v] += float(s.soj_sum[sl].sum())
             self._tot_ext[v] += int(s.ext_in[sl].sum())
@@ -649,21 +726,26 @@ class Testbed:
     def _close_window(self) -> None:
         self._harvest()
         s = self._s
-        ops, insts, metrics, values, targets = [], [], [], [], []
+        ops, insts, metrics, values, targets, hosts = [], [], [], [], [], []
+        named = self.cfg.hosts is not None
 
-        def add(op, inst, metric, value, target=None):
+        def add(op, inst, metric, value, target=None, per_instance=True):
             ops.append(op)
             insts.append(inst)
             metrics.append(metric)
             values.append(float(value))
             targets.append(target)
+            hosts.append(host_name(w["host"][inst]) if named and per_instance else None)
 
         lat_vals, lat_inst = (self._w_lat[0] if self._w_lat else (np.zeros(0), np.zeros(0, dtype=np.int64)))
         for v, name in enumerate(self._names):
             w = self._w[v]
             first = int(s.op_first[v])
+            p = self._p[v]
             for l in np.flatnonzero(w["seen"]):
                 l = int(l)
+                if l < p and s.dead[first + l]:
+                    continue  # its host is lost: a dead TaskManager reports nothing
                 add(name, l, "records_in", w["in"][l])
                 for k, e in enumerate(self._out[v]):
                     add(name, l, "records_out", w["out"][l, k], self._edges[e].target)
@@ -675,12 +757,14 @@ class Testbed:
                     add(name, l, "source_lag", lag)
                 else:
                     add(name, l, "queue_len", w["q"][l] / self._window_ms)
-            add(name, 0, "parallelism", self._p[v])
+            add(name, 0, "parallelism", self._p[v], per_instance=False)
             if self._is_sink[v] and len(lat_vals):
                 mine = (lat_inst >> 32) == v
                 locs = lat_inst[mine] & ((1 << 32) - 1)
                 vals = lat_vals[mine]
                 for l in np.unique(locs):
+                    if l < self._p[v] and s.dead[int(s.op_first[v]) + l]:
+                        continue
                     x = vals[locs == l]
                     p50, p95, p99 = np.percentile(x, [50, 95, 99])
                     add(name, int(l), "latency_ms_mean", x.mean())
@@ -691,7 +775,7 @@ class Testbed:
             self._lat_all.append(lat_vals)
         cols = {"operator": np.array(ops, dtype=object), "instance": np.array(insts, dtype=np.int32),
                 "metric": np.array(metrics, dtype=object), "value": np.array(values),
-                "target": np.array(targets, dtype=object)}
+                "target": np.array(targets, dtype=object), "host": np.array(hosts, dtype=object)}
         self._windows.append((self._win_start_ms, cols))
         self._win_start_ms += self._window_ms
         self._reset_window()
@@ -738,14 +822,107 @@ class Testbed:
                 self._s.e_hot_frac[:] = self._e_hot_frac
                 self._s.e_hot_kg[:] = self._e_hot_kg
                 self._log(f"fault_{'start' if what == 'on' else 'end'}", f.target, detail)
+            elif isinstance(f, SlowHost):
+                if what == "on":
+                    self._active_slow_hosts.append(f)
+                else:
+                    self._active_slow_hosts.remove(f)
+                self._set_slow()
+                self._log(f"fault_{'start' if what == 'on' else 'end'}", None,
+                          {"type": "slow_host", "host": f.host, "factor": f.factor,
+                           "instances": self._instances_on({f.host})})
+            elif isinstance(f, SlowLink):
+                if what == "on":
+                    self._active_links.append(f)
+                else:
+                    self._active_links.remove(f)
+                self._set_links()
+                self._log(f"fault_{'start' if what == 'on' else 'end'}", None,
+                          {"type": "slow_link", "host": f.host, "delay_ms": f.delay_ms,
+                           "bandwidth": f.bandwidth, "instances": self._instances_on({f.host})})
+            elif isinstance(f, (LostHost, LostRack)):
+                if what == "on":
+                    self._lose(k, f)
+                else:
+                    self._failover(k, f)
+
+    def _lost_hosts_of(self, f) -> list[int]:
+        if isinstance(f, LostHost):
+            return [f.host]
+        return hosts_of_rack(f.rack, self._nhosts, self.cfg.hosts_per_rack)
+
+    def _instances_on(self, hosts: set[int]) -> list[str]:
+        """'operator[instance]' of every instance now on one of ``hosts`` (for the event log)."""
+        s = self._s
+        return [f"{self._names[int(s.inst_op[i])]}[{int(s.inst_local[i])}]"
+                for i in np.flatnonzero(np.isin(s.inst_host, list(hosts)))]
+
+    def _lose(self, k: int, f) -> None:
+        """A host or rack is lost: its instances stop now (``kernel``: ``dead``), holding their
+        queues, tuples in service and pending outputs for the restart; their rows vanish."""
+        s = self._s
+        hosts = self._lost_hosts_of(f)
+        self._lost.update(hosts)
+        self._excluded.update(hosts)  # nothing is placed there again
+        on = np.isin(s.inst_host, hosts)
+        s.dead[on] = 1
+        kind = "lost_host" if isinstance(f, LostHost) else "lost_rack"
+        where = {"host": f.host} if isinstance(f, LostHost) else {"rack": f.rack}
+        self._log("fault_start", None, {"type": kind, **where, "hosts": hosts,
+                                        "instances": self._instances_on(set(hosts)),
+                                        "detection_s": f.detection_s})
+
+    def _failover(self, k: int | None, f, reason: str | None = None) -> float:
+        """The engine detects the loss: it restarts the whole job (``restart_scope: job``) or the
+        operators with a dead instance, placed on the surviving hosts, for the restart time of a
+        restore: the base restart time plus the restarted operators' state over the restore rate
+        (``modeler.restart``'s base and rate; a failover restores what it restarts)."""
+        s = self._s
+        hosts = self._lost_hosts_of(f) if f is not None else sorted(self._lost - self._failed_over)
+        self._failed_over.update(self._lost)  # every dead instance restarts now, whichever host it was on
+        dead_ops = {int(v) for v in np.unique(s.inst_op[s.dead == 1])}
+        kind = "lost_host" if isinstance(f, LostHost) else ("lost_rack" if f is not None else "lost_hosts")
+        reason = reason if reason is not None else f"faults[{k}]"
+        if not dead_ops:  # nothing ran there (or a restart already moved it): nothing to do
+            self._log("failover", None, {"type": kind, "hosts": hosts, "restarted": [], "restart_s": 0.0,
+                                         "reason": reason})
+            return 0.0
+        restarted = set(range(len(self._names))) if self.cfg.restart_scope == "job" else dead_ops
+        base = self.model.restart_base_s if self.model.restart_base_s is not None else float(self.cfg.restart_s)
+        state_mb = float(sum(self._ops[v].state_mb for v in restarted))
+        rate = self.model.restore_mb_per_s
+        restart_s = float(base) + (state_mb / rate if state_mb > 0 and rate else 0.0)
+        for v in restarted:
+            self._pause_from[v] = (None, self.now_s, state_mb)
+        self._reconfigure(list(self._p), restarted, restart_s)
+        self._log("failover", None, {"type": kind, "hosts": hosts, "restart_s": restart_s,
+                                     "restarted": sorted(self._names[v] for v in restarted),
+                                     "state_mb": state_mb, "reason": reason,
+                                     "placement": {f"{o}[{i}]": h for (o, i), h in self.placement().items()}})
+        return restart_s
 
     def _set_slow(self) -> None:
+        """``slow`` per instance: the product of the active slow-instance and slow-host factors."""
         s = self._s
         s.slow[:] = 1.0
         for f in self._active_slow:
             v = self._opi[f.operator]
             if f.instance < self._p[v]:
                 s.slow[int(s.op_first[v]) + f.instance] *= f.factor
+        for f in self._active_slow_hosts:
+            s.slow[s.inst_host == f.host] *= f.factor
+
+    def _set_links(self) -> None:
+        """``link_ms`` / ``link_gap`` per instance from the active slow links of its host (delays
+        add up; the smallest bandwidth wins)."""
+        s = self._s
+        s.link_ms[:] = 0.0
+        s.link_gap[:] = 0.0
+        for f in self._active_links:
+            on = s.inst_host == f.host
+            s.link_ms[on] += f.delay_ms
+            if f.bandwidth is not None:
+                s.link_gap[on] = np.maximum(s.link_gap[on], 1000.0 / f.bandwidth)
 
     def _retime(self, new_rate: float) -> None:
         """Change the external rate now; pending arrivals are re-timed (time change)."""
@@ -792,8 +969,24 @@ class Testbed:
                 if done:
                     break
         self._harvest()
+        self._forget_dead(restarted)
         self._build(new_p, restarted, spilled, restart_s=restart_s)
         self._set_slow()
+        self._set_links()
+
+    def _forget_dead(self, restarted: set[int]) -> None:
+        """A dead instance restarted now reports, in this window, only what it does from now on:
+        its counters of the window (before its host was lost, and its stale states since) went
+        with the host."""
+        s = self._s
+        for v in restarted:
+            first, p = int(s.op_first[v]), self._p[v]
+            gone = np.flatnonzero(s.dead[first:first + p])
+            if len(gone):
+                w = self._w[v]
+                for key in ("in", "out", "time", "q", "ext"):
+                    w[key][gone] = 0
+                w["seen"][gone] = False
 
     def _build(self, new_p: list[int], restarted: set[int], spilled, initial: bool = False,
                restart_s: float = 0.0) -> None:
@@ -813,9 +1006,9 @@ class Testbed:
         contents: list[list[tuple]] = [[] for _ in range(N)]  # per new instance: [(birth, arr, kg)]
         per = {}  # scalar fields
         fields_f = ("cur_birth", "cur_arr", "pause_until", "evt_time", "ext_next", "ext_rate", "last_arr",
-                    "cat_since", "q_since", "svc_t0", "svc_len", "wait_ms")
+                    "cat_since", "q_since", "svc_t0", "svc_len", "wait_ms", "link_free")
         fields_i = ("state", "cur_kg", "pend_k", "pend_rem", "pend_tot", "pend_tgt", "pend_kg", "cat",
-                    "evt_kind", "ext_ver")
+                    "evt_kind", "ext_ver", "dead")
         for f in fields_f:
             per[f] = np.zeros(N)
         for f in fields_i:
@@ -832,6 +1025,14 @@ class Testbed:
             v = inst_op[i]
             for k, e in enumerate(self._out[v]):
                 rr[i, k] = inst_local[i] % new_p[self._opi[self._edges[e].target]]
+        # placement: the rule for every instance (re)started here; the others keep their host
+        inst_host = np.array([slot_host(int(l), self._nhosts, self._excluded) for l in inst_local],
+                             dtype=np.int64)
+        if old is not None:
+            for v in range(nops):
+                if v not in restarted:
+                    inst_host[op_first[v]:op_first[v] + new_p[v]] = \
+                        old.inst_host[old_first[v]:old_first[v] + new_p[v]]
         events = []  # (time, kind, instance)
         svc_ms = np.array([self._svc_ms(v, new_p[v]) for v in range(nops)])
         cores = self._cores_of(svc_ms, new_p)
@@ -969,14 +1170,16 @@ class Testbed:
         # output-buffer channels
         chan_base = np.zeros(len(self._edges), dtype=np.int64)
         nchan = 0
-        chan_dst = []
+        chan_dst, chan_src = [], []
         for k, e in enumerate(self._edges):
             chan_base[k] = nchan
             pu, pv = new_p[self._opi[e.source]], new_p[self._opi[e.target]]
             if self._batch > 1:
                 db = int(op_first[self._opi[e.target]])
+                ub = int(op_first[self._opi[e.source]])
                 for _iu in range(pu):
                     chan_dst.extend(range(db, db + pv))
+                    chan_src.extend([ub + _iu] * pv)
                 nchan += pu * pv
         B = self._batch
 
@@ -1029,6 +1232,8 @@ class Testbed:
             wait_tail=np.full(N, -1, dtype=np.int64), wait_next=np.full(N, -1, dtype=np.int64),
             in_wait=np.zeros(N, dtype=np.int64), rr=rr,
             pause_until=per["pause_until"], slow=np.ones(N), evt_time=per["evt_time"],
+            inst_host=inst_host, dead=per["dead"], link_ms=np.zeros(N), link_gap=np.zeros(N),
+            link_free=per["link_free"],
             evt_kind=per["evt_kind"], evt_ver=np.zeros(N, dtype=np.int64),
             svc_t0=per["svc_t0"], svc_len=per["svc_len"], wait_ms=per["wait_ms"],
             cpu_on=np.zeros(N, dtype=np.int64), cpu_tag=np.zeros(N), c_v=np.zeros(N),
@@ -1036,6 +1241,7 @@ class Testbed:
             ext_next=per["ext_next"], ext_rate=per["ext_rate"], ext_ver=per["ext_ver"],
             chan_n=np.zeros(nchan, dtype=np.int64), chan_first=np.zeros(nchan),
             chan_ver=np.zeros(nchan, dtype=np.int64), chan_dst=np.array(chan_dst, dtype=np.int64),
+            chan_src=np.array(chan_src, dtype=np.int64),
             chan_birth=np.zeros((max(nchan, 1), B)), chan_kg=np.zeros((max(nchan, 1), B), dtype=np.int64),
             cat=per["cat"], cat_since=per["cat_since"], acc_time=np.zeros((N, 4)), q_area=np.zeros(N),
             q_since=per["q_since"], rec_in=np.zeros(N, dtype=np.int64),

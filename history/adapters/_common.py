@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 CANDIDATE_COLUMNS: tuple[str, ...] = ("ts", "window_s", "job", "operator", "instance", "metric",
-                                      "value", "target", "file", "line", "reason", "detail")
+                                      "value", "target", "host", "file", "line", "reason", "detail")
 """Adapters emit these columns. ``reason``/``detail`` are preset (else None) when the adapter
 already knows a record is unusable (e.g. a JSON line that does not parse); ``line`` is the
 1-based line (or record number) in ``file``."""

@@ -1,7 +1,7 @@
 """The normalized raw schema itself, as CSV, JSON lines or Parquet (chosen by file extension).
 
 Required fields: ts, job, operator, instance, metric, value; optional: window_s (default 10),
-target. CSV cells are read as text (an empty cell is a missing value); JSON lines are one object
+target, host. CSV cells are read as text (an empty cell is a missing value); JSON lines are one object
 per line (a line that is not a JSON object is quarantined as ``malformed_row``).
 """
 
@@ -18,7 +18,7 @@ from history.adapters._common import CANDIDATE_COLUMNS, AdapterOptions, AdapterR
 from history.errors import AdapterError
 
 REQUIRED = ("ts", "job", "operator", "instance", "metric", "value")
-OPTIONAL = ("window_s", "target")
+OPTIONAL = ("window_s", "target", "host")
 EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
               ".parquet": "parquet", ".pq": "parquet"}
 

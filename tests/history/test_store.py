@@ -67,6 +67,26 @@ def test_ingesting_the_same_file_twice_changes_nothing(tmp_path):
     assert len(MetricStore(store).quarantine()) == 2
 
 
+def test_host_column_is_optional_in_inputs_and_old_files_read_it_as_null(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    store = tmp_path / "store"
+    with_host = tmp_path / "h.csv"
+    with_host.write_text(HEADER.strip() + ",host\n2024-05-01T12:00:00Z,10,wc,map,0,records_in,5,,host-3\n")
+    report = ingest([with_host, csv(tmp_path / "a.csv", day_rows("2024-05-02", n=1))], "normalized", store)
+    assert report.new == 3
+    raw = MetricStore(store).raw()
+    assert raw.groupby(raw["ts"].dt.day)["host"].apply(list).to_dict() == {1: ["host-3"], 2: [None, None]}
+    # a partition written before the column existed: its rows read host as null, and merge
+    old = next((store / "raw").rglob("date=2024-05-02/*.parquet"))
+    pq.write_table(pq.read_table(old).drop(["host"]), old)
+    assert pq.read_schema(old).get_field_index("host") == -1
+    ingest([csv(tmp_path / "b.csv", day_rows("2024-05-02", n=2))], "normalized", store)
+    raw = MetricStore(store).raw("wc", start="2024-05-02")
+    assert len(raw) == 3 and raw["host"].isna().all()
+
+
 def test_overlapping_ingest_adds_only_new_rows(tmp_path):
     store = tmp_path / "store"
     ingest([csv(tmp_path / "a.csv", day_rows("2024-05-01", n=2))], "normalized", store)

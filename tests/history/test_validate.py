@@ -73,6 +73,17 @@ def test_records_out_target_is_part_of_the_key():
     assert len(checked.accepted) == 3 and checked.quarantined.empty
 
 
+def test_host_is_optional_trimmed_and_not_part_of_the_key():
+    checked = validate(candidates([{**GOOD, "host": " host-1 "}, {**GOOD, "line": 3, "operator": "b"},
+                                   {**GOOD, "line": 4, "operator": "c", "host": " "},
+                                   {**GOOD, "line": 5, "host": "host-2"}]))
+    assert checked.quarantined.empty and checked.duplicates == 1  # line 5: same key, same value
+    hosts = dict(zip(checked.accepted["operator"], checked.accepted["host"]))
+    assert hosts == {"a": "host-1", "b": None, "c": None}
+    long = validate(one(host="h" * 201)).quarantined
+    assert long["reason"].tolist() == [Reason.BAD_NAME.value] and "host" in long["detail"].iloc[0]
+
+
 def test_timestamps_iso_offsets_epoch_and_datetimes():
     values = pd.Series(["2024-05-01T14:00:00+02:00", "2024-05-01 12:00:00", 1714564800, "1714564800",
                         pd.Timestamp("2024-05-01T12:00:00Z"), "2024-13-01T00:00:00Z"], dtype=object)

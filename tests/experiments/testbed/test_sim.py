@@ -8,11 +8,11 @@ import pytest
 
 from experiments.testbed import (ConstantRate, HotKey, PiecewiseRate, Rescale, SlowInstance, Testbed,
                                  TestbedConfig)
-from history.schema import RAW_COLUMNS, TIME_TOLERANCE
+from history.schema import TIME_TOLERANCE
 from modeler.keys import instance_shares, key_group_weights
 from modeler.modelfile import load_model, parse_model
 from scheduler.loop import InstanceRestarter
-from scheduler.interfaces import ActuationFailed, Actuator, MetricsSource, MetricsUnavailable
+from scheduler.interfaces import RAW_COLUMNS, ActuationFailed, Actuator, MetricsSource, MetricsUnavailable
 from tests.conftest import EXAMPLES
 from tests.experiments.testbed.conftest import chain, per_window
 
