@@ -151,6 +151,9 @@ class Params:
     may move to a lower load (trace s); the ``preemptive-stateful`` experiment compares."""
     budget_spares_scale_ups: bool = False
     """augury's guard lets a scale-up past a spent daily budget (``GuardRails.budget_spares_scale_ups``)."""
+    price_running: bool = False
+    """augury re-plans may scale the running configuration down at once when that pays
+    (``scheduler.deciders.PreemptiveConfig.price_running``)."""
     reserved_reconfigurations: int = 0
     """Of augury's daily budget, changes left unplanned for reactive re-plans
     (``scheduler.deciders.PreemptiveConfig.reserved_reconfigurations``)."""
@@ -171,7 +174,8 @@ def settings(params: Params):
         refit_s=params.refit_s, reactive_trigger=params.reactive_trigger, band_quantile=params.band_quantile,
         restart_s=params.restart_s,
         violation_s_per_instance_hour=params.violation_s_per_instance_hour, shift_s=params.shift_s,
-        solver=params.solver, reserved_reconfigurations=params.reserved_reconfigurations)
+        solver=params.solver, reserved_reconfigurations=params.reserved_reconfigurations,
+        price_running=params.price_running)
 
 
 def replay_seed(seed: int, trace: str) -> int:
