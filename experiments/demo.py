@@ -69,6 +69,9 @@ class DemoConfig:
     """The forecast must stay low this long (trace s) before the schedule scales down."""
     max_reconfigurations_per_day: int = 6
     """Most changes the pre-emptive schedule makes in any 24 h."""
+    budget_spares_scale_ups: bool = True
+    """A spent daily budget stops scale-downs only (``GuardRails.budget_spares_scale_ups``, as in
+    the ``preemptive`` experiment): a load the forecast missed is still met."""
     latency_slo_ms: float = 50.0
     """A window violates the SLO when its sink p99 latency exceeds this or input backs up."""
     record_seconds: float = 30.0
@@ -182,7 +185,8 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> DemoRe
     issue_s = [((r.issue_at - day0).total_seconds(), dict(r.config)) for r in timeline.reconfigurations]
 
     # the daily budget holds for every change the loop makes (the guard), not only the schedule's
-    loop_cfg = LoopConfig(targets=targets, guard=GuardRails(max_reconfigurations_per_day=cfg.max_reconfigurations_per_day))
+    loop_cfg = LoopConfig(targets=targets, guard=GuardRails(max_reconfigurations_per_day=cfg.max_reconfigurations_per_day,
+                                                            budget_spares_scale_ups=cfg.budget_spares_scale_ups))
     augury = LoopController(model, loop_cfg, name="augury", decider=preemptive_decider(
         PreemptiveConfig(quantile=cfg.quantile, band_quantile=cfg.band_quantile, forecast_step_s=step_s, horizon_s=86400.0 + 6 * 3600.0,
                          lead_time_s=cfg.lead_time_s, stabilization_s=cfg.stabilization_s,
