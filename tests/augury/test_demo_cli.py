@@ -22,7 +22,8 @@ def test_quick_demo_end_to_end(tmp_path, capsys, traces_dir, spark):
     # Calibration through ingest + Spark recovers the testbed's truth.
     assert max(abs(v) for v in out["calibration"]["errors"].values()) < 0.05
     assert out["reconfigurations_planned"] >= 1
-    # The pre-emptive schedule (scheduler.schedule) keeps its daily budget of 6 changes.
+    # The pre-emptive schedule (scheduler.schedule) keeps its daily budget of 6 changes (the guard
+    # would let scale-ups past a spent budget, budget_spares_scale_ups; the quick day needs none).
     assert out["policies"]["augury"]["reconfigurations"] <= 6
     assert all(Path(p).is_file() for p in out["plots"]) and out["mlflow_run_id"]
     # Spark's and mlflow's own output went to a log file in --out (--verbose keeps it on the terminal)
