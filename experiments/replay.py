@@ -225,8 +225,9 @@ class PolicyController:
 
 class ReplayActuator:
     """The product loop's ``Actuator`` inside a replay: it records the configuration the loop
-    wants (the driver applies it, so every controller pays the same restart) and restarts single
-    instances on the testbed (``Testbed.restart_instance``)."""
+    wants (the driver applies it, so every controller pays the same restart), restarts single
+    instances (``Testbed.restart_instance``) and moves instances off a host
+    (``Testbed.move_off_host``: ``scheduler.loop.HostMover``) on the testbed directly."""
 
     def __init__(self, bed) -> None:
         self.bed = bed
@@ -247,6 +248,9 @@ class ReplayActuator:
 
     def restart_instance(self, operator, instance, reason=""):
         return self.bed.restart_instance(operator, int(instance), reason)
+
+    def move_off_host(self, host, reason=""):
+        return self.bed.move_off_host(host, reason)
 
 
 class LoopController:

@@ -59,7 +59,7 @@ from scheduler.targets import Targets
 from scheduler.trust import Recalibration, TrustAssessment, TrustConfig, TrustMonitor, recalibrate
 
 __all__ = ["ActResult", "ActionEvaluation", "ControlLoop", "Decision", "DecisionKind", "Evaluation", "GuardRails",
-           "InstanceRestarter", "LoopConfig", "Observation", "Step", "clamp_config", "format_step", "in_blackout"]
+           "HostMover", "InstanceRestarter", "LoopConfig", "Observation", "Step", "clamp_config", "format_step", "in_blackout"]
 
 log = logging.getLogger("augury.loop")
 
@@ -69,6 +69,18 @@ class InstanceRestarter(Protocol):
     """An actuator that can restart (reschedule elsewhere) one instance. Raises ``ActuationFailed``."""
 
     def restart_instance(self, operator: str, instance: int, reason: str = "") -> Actuation: ...
+
+
+@runtime_checkable
+class HostMover(Protocol):
+    """An actuator that can move every instance off one host and keep them away from it (a slow
+    or lost host, the sender of a slow link; Flink's blocklist, a cordoned node). ``host`` is the
+    name the metric rows carry (``scheduler.interfaces.OPTIONAL_COLUMNS``). An optional
+    capability, like ``InstanceRestarter``: a ``move_off_host`` decision fails on an actuator
+    without it. A host already avoided is no change (``applied`` False). Raises
+    ``ActuationFailed``."""
+
+    def move_off_host(self, host: str, reason: str = "") -> Actuation: ...
 
 
 # ------------------------------------------------------------------ configuration
