@@ -63,6 +63,9 @@ class ReplayConfig:
     """... or when the sources' backlog exceeds this many seconds of arrivals."""
     seed: int = 0
     """Testbed seed."""
+    hosts: int | None = None
+    """Hosts the testbed places instances on (``TestbedConfig.hosts``; needed by host faults);
+    None: no hosts, rows without the host field."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def drive(truth: JobModel, load, controller: Controller, cfg: ReplayConfig, init
     from modeler.restart import compress_restart
 
     tb_cfg = TestbedConfig(seed=cfg.seed, window_s=cfg.window_s, restart_s=cfg.restart_s / cfg.time_scale,
-                           restart_scope="job")
+                           restart_scope="job", hosts=cfg.hosts)
     # a stateful job's restart model (base + state / restore rate) runs compressed like the rest
     bed = Testbed(compress_restart(truth, cfg.time_scale), load, tb_cfg, parallelism=initial, faults=faults)
     controller.start(bed, cfg)
