@@ -134,12 +134,14 @@ class ReactiveConfig:
     """Back-pressured fraction of a window of an instance whose receivers idle (``link_blocked``)
     that turns the symptom on: a link throttled below the rate blocks most of the window."""
     link_blocked_exit: float = 0.1
+    """... and below which it turns off."""
     link_receiver_idle: float = 0.5
     """Mean idle fraction of the downstream instances from which a sender's back pressure is
     blamed on its link, not on its receivers (a busy receiver is idle far less)."""
     lost_enter: float = 0.99
     """Share of a host's instances that vanished that turns ``lost`` on (all of them)."""
     lost_exit: float = 0.5
+    """... and below which it turns off (the host's instances report again)."""
 
 
 # ---------------------------------------------------------------- detectors
