@@ -63,6 +63,9 @@ class ReplayConfig:
     """... or when the sources' backlog exceeds this many seconds of arrivals."""
     seed: int = 0
     """Testbed seed."""
+    hosts: int | None = None
+    """Hosts the testbed places instances on (``TestbedConfig.hosts``; needed by host faults);
+    None: no hosts, rows without the host field."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def drive(truth: JobModel, load, controller: Controller, cfg: ReplayConfig, init
     from modeler.restart import compress_restart
 
     tb_cfg = TestbedConfig(seed=cfg.seed, window_s=cfg.window_s, restart_s=cfg.restart_s / cfg.time_scale,
-                           restart_scope="job")
+                           restart_scope="job", hosts=cfg.hosts)
     # a stateful job's restart model (base + state / restore rate) runs compressed like the rest
     bed = Testbed(compress_restart(truth, cfg.time_scale), load, tb_cfg, parallelism=initial, faults=faults)
     controller.start(bed, cfg)
@@ -225,8 +228,9 @@ class PolicyController:
 
 class ReplayActuator:
     """The product loop's ``Actuator`` inside a replay: it records the configuration the loop
-    wants (the driver applies it, so every controller pays the same restart) and restarts single
-    instances on the testbed (``Testbed.restart_instance``)."""
+    wants (the driver applies it, so every controller pays the same restart), restarts single
+    instances (``Testbed.restart_instance``) and moves instances off a host
+    (``Testbed.move_off_host``: ``scheduler.loop.HostMover``) on the testbed directly."""
 
     def __init__(self, bed) -> None:
         self.bed = bed
@@ -247,6 +251,9 @@ class ReplayActuator:
 
     def restart_instance(self, operator, instance, reason=""):
         return self.bed.restart_instance(operator, int(instance), reason)
+
+    def move_off_host(self, host, reason=""):
+        return self.bed.move_off_host(host, reason)
 
 
 class LoopController:

@@ -36,6 +36,9 @@ class DecisionKind(str, enum.Enum):
     """Restart (reschedule elsewhere) one instance of one operator."""
     UNDO = "undo"
     """Go back to the configuration before an action that did not help."""
+    MOVE_OFF_HOST = "move_off_host"
+    """Move every instance off one host (``Decision.host``) and keep them away from it: a slow
+    or lost host, or the sender of a slow link (``scheduler.loop.HostMover``)."""
 
     def __str__(self) -> str:
         return self.value
@@ -60,6 +63,9 @@ class Decision:
     operators: tuple[str, ...] = ()
     diagnosis: str = ""
     instance: int | None = None
+    host: str | None = None
+    """``move_off_host``: the host to leave (as the metric rows name it; also ``operators[0]``, so
+    the action log and the blacklist key it like an operator)."""
     reports: tuple["Proposal", ...] = ()
     """Findings that are not actions (a data-skew report with the hot key's key groups)."""
     blocked: tuple[str, ...] = ()
@@ -77,6 +83,7 @@ class Decision:
         return {"kind": self.kind.value, "path": self.path, "config": dict(self.config) if self.config else None,
                 "reasons": list(self.reasons), "expected": dict(self.expected),
                 "operators": list(self.operators), "diagnosis": self.diagnosis, "instance": self.instance,
+                "host": self.host,
                 "reports": [r.to_dict() for r in self.reports], "blocked": list(self.blocked),
                 "advisor": self.advisor}
 

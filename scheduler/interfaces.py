@@ -6,7 +6,12 @@ of them.
 
 Metric rows use the normalized raw schema of ``history`` (see ``docs/history.md``):
 ``ts`` (window start, UTC, pandas Timestamp or ISO string), ``window_s``, ``job``, ``operator``,
-``instance``, ``metric``, ``value``, ``target``. Counts are per window; times in ms.
+``instance``, ``metric``, ``value``, ``target``. Counts are per window; times in ms. A row may
+carry one more field, ``host`` (``OPTIONAL_COLUMNS``: where the instance ran, a TaskManager or
+node name; None on rows that are not one instance's): sources that know placement (the testbed
+with hosts) send 9-field rows, the others (Flink's REST source, the in-memory one) 8-field rows,
+and both are valid. The host is what lets the reactive policy tell a slow or lost host from a
+slow instance (``scheduler.reactive``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 from modeler.errors import AuguryError
 
 RAW_COLUMNS = ("ts", "window_s", "job", "operator", "instance", "metric", "value", "target")
+OPTIONAL_COLUMNS = ("host",)
+"""Fields a row may carry after ``RAW_COLUMNS``, in this order (a row has 8 or 9 fields)."""
+ROW_COLUMNS = RAW_COLUMNS + OPTIONAL_COLUMNS
+"""Every field a row may have: ``RAW_COLUMNS`` then ``OPTIONAL_COLUMNS``."""
 
 
 class MetricsUnavailable(AuguryError):
@@ -47,9 +56,14 @@ class MetricsBatch:
     window_s: float = 10.0
 
     def to_frame(self):
+        """The rows as a frame: ``RAW_COLUMNS``, plus ``host`` when some row carries it (None
+        for the 8-field rows beside them)."""
         import pandas as pd
 
-        return pd.DataFrame(list(self.rows), columns=list(RAW_COLUMNS))
+        if not any(len(r) > len(RAW_COLUMNS) for r in self.rows):
+            return pd.DataFrame(list(self.rows), columns=list(RAW_COLUMNS))
+        return pd.DataFrame([tuple(r) + (None,) * (len(ROW_COLUMNS) - len(r)) for r in self.rows],
+                            columns=list(ROW_COLUMNS))
 
 
 @dataclass(frozen=True)
@@ -112,10 +126,14 @@ def _row_end_s(row: Sequence) -> float:
 
 @dataclass
 class InMemoryActuator:
-    """Holds a configuration and records every change (the dry-run/advisor double)."""
+    """Holds a configuration and records every change (the dry-run/advisor double). It can also
+    move instances off a host (``scheduler.loop.HostMover``): it records the host in
+    ``avoided_hosts`` and keeps the configuration."""
 
     config: dict[str, int]
     history: list[Actuation] = field(default_factory=list)
+    avoided_hosts: list[str] = field(default_factory=list)
+    """Hosts ``move_off_host`` was asked to leave, in order (no host twice)."""
 
     def current(self) -> dict[str, int]:
         return dict(self.config)
@@ -126,5 +144,20 @@ class InMemoryActuator:
             raise ActuationFailed("unknown operator", field="config", value=unknown[0])
         self.config.update({k: int(v) for k, v in config.items()})
         result = Actuation(applied=True, config=dict(self.config), restart_s=0.0, detail=reason)
+        self.history.append(result)
+        return result
+
+    def move_off_host(self, host: str, reason: str = "") -> Actuation:
+        """Leave ``host`` (a ``host`` name as metric rows carry it): recorded, nothing to restart
+        here. A host already avoided is no change (``applied`` False)."""
+        if not isinstance(host, str) or not host:
+            raise ActuationFailed("a host name is needed", field="host", value=host)
+        if host in self.avoided_hosts:
+            result = Actuation(applied=False, config=dict(self.config), restart_s=0.0,
+                               detail=f"{host} is already avoided")
+        else:
+            self.avoided_hosts.append(host)
+            result = Actuation(applied=True, config=dict(self.config), restart_s=0.0,
+                               detail=f"moved off {host}" + (f": {reason}" if reason else ""))
         self.history.append(result)
         return result

@@ -5,22 +5,30 @@ together a ``Step``). ``ControlLoop`` only orders the stages; what they do lives
 
 * **collect** reads the complete windows newer than the last read (``MetricsSource``) and turns
   them into ``scheduler.observe.JobWindow`` values. A failed, malformed or partial read gives an
-  ``Observation`` with ``ok=False``; windows measured under another configuration than the one
+  ``Observation`` with ``ok=False``; one partial because whole instances sent no rows (a lost
+  host) names them (``vanished``) and is consumed, not re-read: those rows never come; windows measured under another configuration than the one
   in force, or before the job settled after an action, are dropped as stale. A source's
   arrival rate counts its backlog's change since the window read right before (kept or
   dropped); a window with none read right before it (the first, or after a gap) counts no
   change.
 * **evaluate** updates model trust (``scheduler.trust``), recalibrates when the model became
-  untrusted, runs the reactive detectors and diagnosers (``scheduler.reactive``) and judges
+  untrusted, runs the reactive detectors and diagnosers (``scheduler.reactive``; the host ones
+  too, on a read with vanished instances the lost-host detector only) and judges
   logged actions whose effect has settled (``scheduler.outcomes``; a failed scale-down is
   undone, an action that did not help is blacklisted).
 * **decide** (``scheduler.deciders``): an undo first; else, while the model is trusted, the
   primary decider (``ModelDecider``: a one-step plan; or ``PreemptiveDecider``: forecast ->
   schedule with the model decider as the floor), otherwise the ``ReactiveDecider``; instance
-  restarts and data-skew reports from the reactive policy ride along (``combine``).
+  restarts and data-skew reports from the reactive policy ride along (``combine``). A host
+  diagnosis (slow host, slow link, lost host) goes first: ``move_off_host`` of the host, the
+  decision the deciders made waits as its fallback (applied only when the move is blacklisted),
+  so no operator is scaled up in the step that handles the fault; whether capacity is still
+  short is judged on the windows after the move.
 * **guard** (``scheduler.guard.guard``, a pure function): bounds, step caps, stabilization,
   scale-down delay, blackout windows, the daily reconfiguration budget, the blacklist, advisor
-  mode.
+  mode. A ``move_off_host`` is bounded here (``scheduler.guard`` knows only scale and restart
+  decisions): stabilization, blackout and the blacklist of (move_off_host, host, diagnosis,
+  band) apply; like an instance restart it is not a reconfiguration for the daily budget.
 * **act** applies the decision (unless advisor mode) through the ``Actuator``; **record** logs
   it with its reasons and expected outcome in the ``StateStore``. Actuator errors are logged;
   the loop never stops on them. The loop's own memory (trust, guard state, the last read, the
@@ -51,15 +59,16 @@ from scheduler.deciders import (LoadForecast, ModelDecider, ModelDeciderConfig, 
 from scheduler.guard import GuardRails, GuardState, GuardView, clamp, guard, in_blackout
 from scheduler.interfaces import Actuation, ActuationFailed, Actuator, MetricsSource
 from scheduler.loopstate import LoopMemory, load_memory, save_memory
-from scheduler.observe import JobWindow, job_windows
+from scheduler.observe import JobWindow, MalformedMetrics, job_windows, vanished_instances
 from scheduler.outcomes import ActionEvaluation
-from scheduler.reactive import Detectors, Diagnosis, ReactiveConfig, Symptom, diagnose
+from scheduler.reactive import (Detectors, Diagnosis, HostDetectors, HostDiagnosis, HostSymptom, ReactiveConfig,
+                                Symptom, diagnose, diagnose_hosts, placement, resolve_hosts)
 from scheduler.state import ActionRecord, BlacklistConfig, InMemoryStateStore, StateStore, active_ban, load_band
 from scheduler.targets import Targets
 from scheduler.trust import Recalibration, TrustAssessment, TrustConfig, TrustMonitor, recalibrate
 
 __all__ = ["ActResult", "ActionEvaluation", "ControlLoop", "Decision", "DecisionKind", "Evaluation", "GuardRails",
-           "InstanceRestarter", "LoopConfig", "Observation", "Step", "clamp_config", "format_step", "in_blackout"]
+           "HostMover", "InstanceRestarter", "LoopConfig", "Observation", "Step", "clamp_config", "format_step", "in_blackout"]
 
 log = logging.getLogger("augury.loop")
 
@@ -69,6 +78,18 @@ class InstanceRestarter(Protocol):
     """An actuator that can restart (reschedule elsewhere) one instance. Raises ``ActuationFailed``."""
 
     def restart_instance(self, operator: str, instance: int, reason: str = "") -> Actuation: ...
+
+
+@runtime_checkable
+class HostMover(Protocol):
+    """An actuator that can move every instance off one host and keep them away from it (a slow
+    or lost host, the sender of a slow link; Flink's blocklist, a cordoned node). ``host`` is the
+    name the metric rows carry (``scheduler.interfaces.OPTIONAL_COLUMNS``). An optional
+    capability, like ``InstanceRestarter``: a ``move_off_host`` decision fails on an actuator
+    without it. A host already avoided is no change (``applied`` False). Raises
+    ``ActuationFailed``."""
+
+    def move_off_host(self, host: str, reason: str = "") -> Actuation: ...
 
 
 # ------------------------------------------------------------------ configuration
@@ -131,6 +152,8 @@ class Observation:
     dropped: int = 0
     """Windows read but dropped as stale (other config, unsettled)."""
     error: str | None = None
+    vanished: tuple[tuple[str, int], ...] = ()
+    """A partial read's instances that sent no row at all in its newest window (a lost host)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +168,11 @@ class Evaluation:
     diagnoses: tuple[Diagnosis, ...]
     actions: tuple[ActionEvaluation, ...] = ()
     error: str | None = None
+    host_symptoms: tuple[HostSymptom, ...] = ()
+    host_diagnoses: tuple[HostDiagnosis, ...] = ()
+    """Per host: slow host, slow link, lost host (``scheduler.reactive.diagnose_hosts``)."""
+    host_notes: tuple[str, ...] = ()
+    """Checks after a move off a lost host: its instances' rows are back."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +203,8 @@ class Step:
             "trust_reasons": list(e.trust.reasons) if e.trust else [],
             "recalibrated": e.recalibration is not None, "recalibration_error": e.recalibration_error,
             "diagnoses": [d.to_dict() for d in e.diagnoses if d.causes],
+            "host_diagnoses": [d.to_dict() for d in e.host_diagnoses if d.causes],
+            "host_notes": list(e.host_notes),
             "action_evaluations": [{"id": a.action_id, "outcome": a.outcome, "measured": dict(a.measured)}
                                    for a in e.actions],
             "decision": self.decision.to_dict(),
@@ -210,6 +240,11 @@ class ControlLoop:
         self.model = model
         self.trust = TrustMonitor(config.trust)
         self.detectors = Detectors(config.reactive)
+        self.host_detectors = HostDetectors(config.reactive)
+        self._where: dict[tuple[str, int], str] = {}
+        """(operator, instance) -> host in the newest settled window that reported hosts."""
+        self._awaiting_rows: dict[str, tuple[int | None, float]] = {}
+        """Lost hosts moved off: host -> (action id, when), until their instances report again."""
         self.history: list[JobWindow] = []
         self.guard_state = GuardState()
         self.measured_restart_s: float | None = None
@@ -267,8 +302,19 @@ class ControlLoop:
             if self._in_force is None:
                 self._in_force = {k: int(v) for k, v in self.actuator.current().items()}
             end_s, lags = self._lags or (None, {})
-            windows = job_windows(batch, sources=[op.name for op in self.model.sources], lag_before=lags,
-                                  lag_before_s=end_s)
+            try:
+                windows = job_windows(batch, sources=[op.name for op in self.model.sources], lag_before=lags,
+                                      lag_before_s=end_s)
+            except MalformedMetrics as err:
+                vanished = vanished_instances(batch, self._in_force)
+                if not vanished or (self._last_as_of is not None and batch.as_of_s <= self._last_as_of):
+                    raise
+                # Whole instances sent nothing: dead tasks, not late metrics. Reading these windows
+                # again would fail forever, so they are consumed (the next read starts after a gap).
+                self._last_as_of = float(batch.as_of_s)
+                self._lags = None
+                return Observation(ok=False, as_of_s=float(batch.as_of_s), windows=(), error=_err(err),
+                                   vanished=vanished)
         except Exception as err:  # noqa: BLE001 - any failed read is a failed read
             return Observation(ok=False, as_of_s=None, windows=(), error=_err(err))
         if self._last_as_of is not None and batch.as_of_s <= self._last_as_of:
@@ -285,8 +331,10 @@ class ControlLoop:
     # -- evaluate
     def evaluate(self, obs: Observation) -> Evaluation:
         if not obs.ok or not obs.windows:
+            host_symptoms = self.host_detectors.update_vanished(obs.vanished, self._where) if obs.vanished else ()
             return Evaluation(window=None, trust=None, recalibration=None, recalibration_error=None,
-                              symptoms=(), diagnoses=(), error=obs.error)
+                              symptoms=(), diagnoses=(), error=obs.error, host_symptoms=host_symptoms,
+                              host_diagnoses=diagnose_hosts(None, host_symptoms, self.config.reactive))
         try:
             self.history.extend(obs.windows)
             del self.history[:-self.config.history_windows]
@@ -305,20 +353,41 @@ class ControlLoop:
                     recal_err = _err(err)
             shares = expected_shares(self.model, obs.windows[-1])
             symptoms: tuple[Symptom, ...] = ()
+            host_symptoms: tuple[HostSymptom, ...] = ()
+            graph = to_graph(self.model)
             for k in range(len(self.history) - len(obs.windows), len(self.history)):
                 symptoms = self.detectors.update(self.history[: k + 1], shares)
+                host_symptoms = self.host_detectors.update(self.history[: k + 1], graph)
             window = self.history[-1]
-            diagnoses = diagnose(window, symptoms, to_graph(self.model), self.config.reactive, self.config.targets)
+            self._where = placement(window) or self._where
+            diagnoses = diagnose(window, symptoms, graph, self.config.reactive, self.config.targets)
+            host_diagnoses = diagnose_hosts(window, host_symptoms, self.config.reactive)
+            host_notes = self._rows_back(window)
             c = self.config
             verdicts = outcomes.judge_actions(self.store, window, self.history, self._settled_after_s,
                                               c.evaluate_after_s, c.targets.catch_up_s, c.reactive, c.blacklist)
             self._save()
             return Evaluation(window=window, trust=trust, recalibration=recal, recalibration_error=recal_err,
-                              symptoms=symptoms, diagnoses=diagnoses, actions=verdicts)
+                              symptoms=symptoms, diagnoses=diagnoses, actions=verdicts,
+                              host_symptoms=host_symptoms, host_diagnoses=host_diagnoses, host_notes=host_notes)
         except Exception as err:  # noqa: BLE001
             log.error("evaluate failed: %s", traceback.format_exc())
             return Evaluation(window=None, trust=None, recalibration=None, recalibration_error=None,
                               symptoms=(), diagnoses=(), error=_err(err))
+
+    def _rows_back(self, window: JobWindow) -> tuple[str, ...]:
+        """A complete window after a move off a lost host: its instances report again (elsewhere).
+        The check is written into the move's action record."""
+        notes = []
+        for host, (action_id, at_s) in sorted(self._awaiting_rows.items()):
+            note = (f"verified: the instances of lost {host} report again (on other hosts), "
+                    f"{window.end_s - at_s:.0f} s after the move")
+            notes.append(note)
+            for rec in self.store.actions(limit=20):
+                if rec.id == action_id:
+                    self.store.update_action(replace(rec, detail=(rec.detail + "; " + note).strip("; ")))
+        self._awaiting_rows.clear()
+        return tuple(notes)
 
     # -- decide
     def context(self, window: JobWindow, trusted: bool) -> DecisionContext:
@@ -328,7 +397,19 @@ class ControlLoop:
                                trusted=trusted, history=tuple(self.history), targets=self.config.targets,
                                lead_time_s=lead, recent_changes_s=self.guard_state.changes_s)
 
+    def host_decision(self, ev: Evaluation) -> Decision | None:
+        """``move_off_host`` of the first host with a cause (lost, slow, slow link), or None."""
+        proposals = resolve_hosts(ev.host_diagnoses)
+        if not proposals:
+            return None
+        p = proposals[0]
+        return Decision(kind=DecisionKind.MOVE_OFF_HOST, path="reactive", config=None, reasons=tuple(p.reasons),
+                        expected=dict(p.expected), operators=p.operators, diagnosis=p.diagnosis, host=p.operators[0])
+
     def decide(self, ev: Evaluation) -> Decision:
+        host = self.host_decision(ev)
+        if ev.window is None and host is not None:
+            return replace(host, advisor=self.config.guard.advisor)
         if ev.window is None:
             why = f"no new settled metrics ({ev.error})" if ev.error else "no new settled metrics"
             return Decision(kind=DecisionKind.NONE, path="-", config=None, reasons=(why,),
@@ -341,10 +422,19 @@ class ControlLoop:
             d = combine(self.decider.decide(ev, ctx) if trusted else None, reactive)
         if ev.trust is not None and ev.trust.reasons:
             d = replace(d, reasons=tuple(ev.trust.reasons) + tuple(d.reasons))
+        if host is not None and d.kind != DecisionKind.UNDO:
+            # the host first: no operator is scaled up (or restarted in place) for what the host causes
+            waits = (f"moved off {host.host} before anything else; the deciders' {d.kind.value} "
+                     + (f"of {', '.join(d.operators)} " if d.operators else "")
+                     + "waits for the windows after it",) if d.kind not in (DecisionKind.NONE, DecisionKind.HOLD) else ()
+            return replace(host, reasons=tuple(host.reasons) + waits, reports=d.reports,
+                           fallbacks=(d,) if d.kind not in (DecisionKind.NONE, DecisionKind.HOLD) else ())
         return d
 
     # -- guard
     def guard(self, d: Decision, window: JobWindow | None) -> Decision:
+        if d.kind == DecisionKind.MOVE_OFF_HOST:
+            return self._guard_move(d, window)
         if window is None:
             return d
         band = load_band(window.offered_rate, self.config.blacklist.band_ratio)
@@ -352,6 +442,30 @@ class ControlLoop:
                          bans=active_bans(self.store, d, band, window.end_s), band=band)
         d, self.guard_state = guard(d, self.guard_state, self.config.guard, view)
         return d
+
+    def _guard_move(self, d: Decision, window: JobWindow | None) -> Decision:
+        """A ``move_off_host`` through stabilization, blackout and the blacklist (the module
+        docstring); when it is blacklisted its fallback (the deciders' decision) is guarded."""
+        rails = self.config.guard
+        now = window.end_s if window is not None else float(self._last_as_of or 0.0)
+        if now - self.guard_state.last_action_s < rails.stabilization_s:
+            note = f"stabilizing: {now - self.guard_state.last_action_s:.0f}s since the last action (< {rails.stabilization_s:g}s)"
+            return Decision(kind=DecisionKind.HOLD, path="guard", config=None, reasons=tuple(d.reasons) + (note,),
+                            reports=d.reports, blocked=(note,), advisor=rails.advisor)
+        if in_blackout(now, rails.blackout):
+            return Decision(kind=DecisionKind.HOLD, path="guard", config=None, reasons=tuple(d.reasons) + ("blackout window",),
+                            reports=d.reports, blocked=("blackout window",), advisor=rails.advisor)
+        band = load_band(self.history[-1].offered_rate if self.history else 0.0, self.config.blacklist.band_ratio)
+        ban = active_ban(self.store, ("move_off_host", d.host or "", d.diagnosis, band), now)
+        if ban is not None:
+            note = (f"blacklisted: move off {d.host} for {d.diagnosis} (until {ban.until_s:.0f}, strike "
+                    f"{ban.strikes}: {ban.reason})")
+            if d.fallbacks and window is not None:
+                rest = self.guard(replace(d.fallbacks[0], fallbacks=tuple(d.fallbacks[1:])), window)
+                return replace(rest, blocked=(note,) + tuple(rest.blocked), reports=d.reports or rest.reports)
+            return Decision(kind=DecisionKind.NONE, path=d.path, config=None, reasons=tuple(d.reasons) + (note,),
+                            reports=d.reports, blocked=(note,), advisor=rails.advisor)
+        return replace(d, advisor=rails.advisor, fallbacks=())
 
     # -- act + record
     def act(self, d: Decision, at_s: float | None) -> ActResult:
@@ -377,9 +491,12 @@ class ControlLoop:
             self.guard_state = self.guard_state.after_action(at, scale, self.config.guard.budget_window_s)
             self._settled_after_s = at + float(actuation.restart_s or 0.0) + self.config.guard.settle_s
             self.detectors.reset()
+            self.host_detectors.reset()
         rec = self.store.add_action(replace(rec, applied=bool(actuation.applied),
                                             outcome="pending" if actuation.applied else "failed",
                                             detail=(rec.detail + " " + actuation.detail).strip()))
+        if actuation.applied and d.kind == DecisionKind.MOVE_OFF_HOST and d.diagnosis == "lost_host":
+            self._awaiting_rows[str(d.host)] = (rec.id, float(at_s or 0.0))
         self._save()
         return ActResult(attempted=True, applied=bool(actuation.applied), actuation=actuation, action_id=rec.id)
 
@@ -393,10 +510,12 @@ class ControlLoop:
             log.error("decide failed: %s", traceback.format_exc())
             decision = Decision(kind=DecisionKind.NONE, path="-", config=None, reasons=(f"decide failed: {_err(err)}",))
         at = ev.window.end_s if ev.window is not None else obs.as_of_s
-        result = self.act(decision, at) if ev.window is not None else ActResult(attempted=False, applied=False)
+        # a lost host is acted on without a complete window (its rows are what is missing)
+        acts = ev.window is not None or decision.kind == DecisionKind.MOVE_OFF_HOST
+        result = self.act(decision, at) if acts else ActResult(attempted=False, applied=False)
         step = Step(at_s=at, observation=obs, evaluation=ev, decision=decision, result=result)
         try:
-            if obs.ok and obs.windows:
+            if (obs.ok and obs.windows) or ev.host_diagnoses:
                 self.store.add_decision(float(at or 0.0), step.to_dict())
         except Exception:  # noqa: BLE001 - a state write failing must not stop the loop
             log.error("state write failed: %s", traceback.format_exc())
@@ -457,7 +576,7 @@ def action_record(d: Decision, at_s: float, current: Mapping[str, int], band: in
         at_s=at_s, kind="scale" if scale else d.kind.value, operators=d.operators, diagnosis=d.diagnosis,
         load_band=band, from_config=dict(current), to_config=dict(d.config) if d.config else dict(current),
         reasons=d.reasons, expected=d.expected, applied=False, advisor=d.advisor,
-        detail=f"instance {d.instance}" if d.instance is not None else "",
+        detail=f"instance {d.instance}" if d.instance is not None else "",  # a move's host is its operators[0]
         outcome="advised" if d.advisor else "pending")
 
 
@@ -468,6 +587,11 @@ def actuate(actuator: Actuator, d: Decision) -> Actuation:
             raise ActuationFailed("the actuator cannot restart single instances", field="actuator",
                                   value=type(actuator).__name__)
         return actuator.restart_instance(d.operators[0], int(d.instance), "; ".join(d.reasons))
+    if d.kind == DecisionKind.MOVE_OFF_HOST:
+        if not isinstance(actuator, HostMover):
+            raise ActuationFailed("the actuator cannot move instances off a host", field="actuator",
+                                  value=type(actuator).__name__)
+        return actuator.move_off_host(str(d.host), "; ".join(d.reasons))
     return actuator.apply(dict(d.config), "; ".join(d.reasons))
 
 
@@ -495,6 +619,8 @@ def format_step(step: Step) -> str:
         verb += f" {_fmt_config({k: d.config[k] for k in d.operators})}"
     if d.kind == "restart_instance":
         verb += f" {d.operators[0]}[{d.instance}]"
+    if d.kind == "move_off_host":
+        verb += f" {d.host} ({d.diagnosis})"
     if d.advisor and d.kind not in ("none", "hold"):
         verb += " (advisor: not applied)"
     elif step.result.attempted:
@@ -503,6 +629,10 @@ def format_step(step: Step) -> str:
     for diag in step.evaluation.diagnoses:
         if diag.causes:
             lines.append(f"  diagnosis {diag.operator}: {', '.join(diag.causes)} {dict(diag.scores)}")
+    for diag in step.evaluation.host_diagnoses:
+        if diag.causes:
+            lines.append(f"  diagnosis {diag.host}: {', '.join(diag.causes)} {dict(diag.scores)}")
+    lines += [f"  {n}" for n in step.evaluation.host_notes]
     lines += [f"  - {r}" for r in d.reasons]
     for r in d.reports:
         lines.append(f"  report: {r.detail.get('suggestion', '')}")

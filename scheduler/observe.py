@@ -12,6 +12,11 @@ leave an operator or instance of the configuration in force without ``records_in
 some window raises ``MalformedMetrics`` (a ``MetricsUnavailable``: the read counts as failed). A
 source instance may lack ``busy_ms`` (a source task without a clock, e.g. Flink SQL's datagen): it
 counts busy 0 and has no service time.
+
+Hosts: rows with the optional ``host`` field give every ``InstanceWindow`` its ``host`` (None
+without it, e.g. Flink's REST source). A batch that is partial because whole instances sent no
+rows (a lost host: a dead TaskManager reports nothing) still raises; ``vanished_instances``
+names them, so the loop can diagnose the host instead of only failing the read.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from scheduler.interfaces import RAW_COLUMNS, MetricsBatch, MetricsUnavailable
+from scheduler.interfaces import RAW_COLUMNS, ROW_COLUMNS, MetricsBatch, MetricsUnavailable
 
 METRICS = frozenset({
     "records_in", "records_out", "busy_ms", "backpressured_ms", "idle_ms", "queue_len",
@@ -53,6 +58,8 @@ class InstanceWindow:
     """Mean input queue length (items); None when not reported (sources)."""
     service_time_ms: float | None
     """Busy ms per processed tuple (DS2's useful time); None when it processed nothing."""
+    host: str | None = None
+    """Where the instance ran in the window (the rows' optional ``host``); None when not reported."""
 
     @property
     def accounted_fraction(self) -> float:
@@ -165,10 +172,12 @@ def batch_frame(batch: MetricsBatch) -> pd.DataFrame:
     if not isinstance(batch, MetricsBatch):
         raise MalformedMetrics("not a MetricsBatch", value=type(batch).__name__)
     for k, row in enumerate(batch.rows):
-        if not isinstance(row, (tuple, list)) or len(row) != len(RAW_COLUMNS):
-            raise MalformedMetrics(f"row is not a {len(RAW_COLUMNS)}-field tuple", field=f"rows[{k}]",
-                                   value=repr(row)[:80])
-    df = pd.DataFrame([tuple(r) for r in batch.rows], columns=list(RAW_COLUMNS))
+        if not isinstance(row, (tuple, list)) or len(row) not in (len(RAW_COLUMNS), len(ROW_COLUMNS)):
+            raise MalformedMetrics(f"row is not a {len(RAW_COLUMNS)}- or {len(ROW_COLUMNS)}-field tuple",
+                                   field=f"rows[{k}]", value=repr(row)[:80])
+    pad = (None,) * (len(ROW_COLUMNS) - len(RAW_COLUMNS))
+    df = pd.DataFrame([tuple(r) if len(r) == len(ROW_COLUMNS) else tuple(r) + pad for r in batch.rows],
+                      columns=list(ROW_COLUMNS))
     if df.empty:
         raise MalformedMetrics("the batch has no rows", field="rows")
     unknown = sorted(set(df["metric"].astype(str)) - METRICS)
@@ -232,6 +241,10 @@ def job_windows(batch: MetricsBatch, sources: Sequence[str] | None = None,
         prev_end_s = float(start) + w
         job = str(g["job"].iloc[0])
         piv = g.groupby(["operator", "metric", "instance"])["value"].sum()
+        hosted = g.dropna(subset=["host"])
+        where = ({(str(o), int(i)): str(h) for o, i, h in
+                  hosted.drop_duplicates(["operator", "instance"], keep="last")[["operator", "instance", "host"]]
+                  .itertuples(index=False)} if len(hosted) else {})
         operators: dict[str, OperatorWindow] = {}
         inflow: dict[str, float] = {}
         out_rows = g[g["metric"] == "records_out"]
@@ -271,7 +284,8 @@ def job_windows(batch: MetricsBatch, sources: Sequence[str] | None = None,
                     backpressure_fraction=min(float(bp.get(i, 0.0)) / (1000.0 * w), 1.0),
                     idle_fraction=min(float(idle.get(i, 0.0)) / (1000.0 * w), 1.0),
                     queue_len=float(q[i]) if i in q.index else None,
-                    service_time_ms=b / n if n > 0 and i in busy.index else None))
+                    service_time_ms=b / n if n > 0 and i in busy.index else None,
+                    host=where.get((op, i))))
             has_idle = len(idle) > 0
             restarting = has_idle and any(x.accounted_fraction < 0.95 for x in insts)
             lag = float(metric("source_lag").sum())
@@ -307,6 +321,27 @@ def job_windows(batch: MetricsBatch, sources: Sequence[str] | None = None,
         out.append(JobWindow(start_s=float(start), window_s=w, job=job, config=dict(wconfig),
                              operators=operators, latency_ms=latency))
     return tuple(out)
+
+
+def vanished_instances(batch: MetricsBatch, config: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """``(operator, instance)`` of every instance of ``config`` (the parallelism in force) that
+    sent no row at all in the batch's newest window, sorted; empty when all reported or the
+    batch cannot be read. An instance that vanished whole is not a late metric but a dead task:
+    a lost host (``scheduler.reactive.diagnose_hosts``). An operator with a ``parallelism`` row
+    in that window is judged at that parallelism."""
+    try:
+        df = batch_frame(batch)
+    except MalformedMetrics:
+        return ()
+    last = df[df["start_s"] == df["start_s"].max()]
+    declared = last[last["metric"] == "parallelism"].groupby("operator")["value"].max()
+    seen = set(zip(last.loc[last["metric"] != "parallelism", "operator"],
+                   last.loc[last["metric"] != "parallelism", "instance"].astype(int)))
+    out = []
+    for op, p in config.items():
+        p = int(declared[op]) if op in declared.index else int(p)
+        out += [(str(op), i) for i in range(p) if (str(op), i) not in seen]
+    return tuple(sorted(out))
 
 
 def history_frames(windows: Sequence[JobWindow]) -> tuple[pd.DataFrame, pd.DataFrame]:

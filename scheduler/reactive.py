@@ -38,6 +38,31 @@ instance, so one configuration only places it in the hot instance's key-group ra
 of the hot instances at other parallelisms seen while skewed narrow it, and the report names the
 hot key group once one candidate is left (``skew_report``); scale-down sizes by the *highest* offered rate over the stabilization
 window, never by a fixed percentage.
+
+**Hosts** (issue 26; needs rows with the optional ``host``: ``InstanceWindow.host``). Per host,
+with the same hysteresis (``HostDetectors``):
+
+* ``host_slowness``: the *least* slowed of the host's measured instances (busy >= ``min_busy``),
+  each as its service time over its operator's median on the other hosts in the window (its
+  operator's own earlier median, ``service_baseline``, when it has no busy peer elsewhere). The
+  minimum, because a slow host slows every instance on it while a slow instance leaves its host
+  mates normal; it needs ``host_min_instances`` measured instances (one instance alone is the
+  slow-instance case);
+* ``link_blocked``: the most back-pressured instance on the host whose downstream instances
+  are idle (median idle >= ``link_receiver_idle``, none at ``saturated_busy``): its output is
+  blocked by the network, not by a busy receiver (whose queue would be full and whose instances
+  busy or back-pressured);
+* ``lost``: the share of the host's instances (where the last complete windows placed them)
+  that sent no row at all while instances elsewhere still reported (``observe.vanished_instances``):
+  a dead TaskManager reports nothing.
+
+``diagnose_hosts`` turns them into ``HostDiagnosis`` values (``slow_host``, ``slow_link``,
+``lost_host``, naming the host, with evidence), and ``resolve_hosts`` answers each with
+``move_off_host`` of that host (for a slow link, of the *sending* host): the instances there are
+the cause, so a restart in place does not help and a scale-up only adds instances next to them.
+A lost host is moved off at once instead of waiting for the engine's failover (``detection_s``,
+Flink's heartbeat timeout, 50 s by default): the move fails over now (``Testbed.move_off_host``),
+after ``enter_windows`` windows of vanished rows, and the loop checks that the rows come back.
 """
 
 from __future__ import annotations
@@ -55,6 +80,9 @@ from scheduler.observe import JobWindow, OperatorWindow
 from scheduler.targets import Targets
 
 CAUSES = ("under_provisioned", "slow_instance", "data_skew", "over_provisioned")
+HOST_CAUSES = ("slow_host", "slow_link", "lost_host")
+"""Causes ``diagnose_hosts`` scores per host."""
+HOST_SYMPTOMS = ("host_slowness", "link_blocked", "lost")
 THROTTLED_BUSY = 0.95
 """An instance at least this busy may be the bottleneck: what it processes is capped, so its
 share of the operator's tuples understates its share of the demand (``skew_report``)."""
@@ -99,6 +127,21 @@ class ReactiveConfig:
     """Busiest instance below this (and no pressure) = over-provisioned."""
     max_scale_factor: float = 4.0
     """Per-step cap on scale-up: p_new <= p * factor."""
+    host_min_instances: int = 2
+    """Measured instances a host needs before it can be called slow: with one, a slow host and a
+    slow instance look the same, and the instance's restart is the smaller remedy."""
+    link_blocked_enter: float = 0.3
+    """Back-pressured fraction of a window of an instance whose receivers idle (``link_blocked``)
+    that turns the symptom on: a link throttled below the rate blocks most of the window."""
+    link_blocked_exit: float = 0.1
+    """... and below which it turns off."""
+    link_receiver_idle: float = 0.5
+    """Mean idle fraction of the downstream instances from which a sender's back pressure is
+    blamed on its link, not on its receivers (a busy receiver is idle far less)."""
+    lost_enter: float = 0.99
+    """Share of a host's instances that vanished that turns ``lost`` on (all of them)."""
+    lost_exit: float = 0.5
+    """... and below which it turns off (the host's instances report again)."""
 
 
 # ---------------------------------------------------------------- detectors
@@ -278,6 +321,230 @@ class Detectors:
         return tuple(out)
 
 
+# ---------------------------------------------------------------- host detectors
+
+
+@dataclass(frozen=True)
+class HostSymptom:
+    """One host detector's reading for one host."""
+
+    kind: str
+    host: str
+    value: float | None
+    active: bool
+    instances: tuple[str, ...] = ()
+    """The instances the reading points at, as ``operator[instance]``."""
+
+
+def placement(window: JobWindow) -> dict[tuple[str, int], str]:
+    """``{(operator, instance): host}`` of the window's instances that report a host."""
+    return {(name, i.instance): i.host for name, o in window.operators.items() for i in o.instances
+            if i.host is not None}
+
+
+def host_slowness(window: JobWindow, history: Sequence[JobWindow], config: ReactiveConfig = ReactiveConfig()
+                  ) -> dict[str, tuple[float | None, tuple[str, ...]]]:
+    """Per host: (the least slowed measured instance's service time over its reference, the
+    instances measured), ``None`` with fewer than ``host_min_instances`` measured (module
+    docstring). ``history``: the settled windows up to ``window`` (for ``service_baseline``)."""
+    ratios: dict[str, list[tuple[float, str]]] = {}
+    for name, o in window.operators.items():
+        busy = busy_instances(o, config)
+        if not busy or any(i.host is None for i in busy):
+            continue
+        base = None
+        for i in busy:
+            others = [j.service_time_ms for j in busy if j.host != i.host]
+            if others:
+                ref = _median(others)
+            else:
+                if base is None:
+                    base = service_baseline(history, name, config) or math.nan
+                ref = base
+            if ref and math.isfinite(ref) and ref > 0:
+                ratios.setdefault(i.host, []).append((i.service_time_ms / ref, f"{name}[{i.instance}]"))
+    out: dict[str, tuple[float | None, tuple[str, ...]]] = {}
+    for host in sorted({h for h in placement(window).values()}):
+        rs = ratios.get(host, [])
+        out[host] = ((min(r for r, _ in rs) if len(rs) >= config.host_min_instances else None),
+                     tuple(n for _, n in rs))
+    return out
+
+
+def link_blocking(window: JobWindow, graph: nx.DiGraph, config: ReactiveConfig = ReactiveConfig()
+                  ) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """Per host: (the back-pressured fraction of its most blocked instance whose downstream
+    instances idle, those instances). An instance whose receivers are busy or blocked themselves
+    (a full queue does not idle) is back-pressured by them, not by its link: it counts 0."""
+    out: dict[str, tuple[float, tuple[str, ...]]] = {h: (0.0, ()) for h in set(placement(window).values())}
+    for name, o in window.operators.items():
+        succ = [window.operators[v] for v in graph.successors(name) if v in window.operators] \
+            if name in graph else []
+        receivers = [i for d in succ for i in d.instances]
+        # one saturated receiver (a hot key, a slow instance) blocks its senders however idle the rest
+        if not receivers or _median([i.idle_fraction for i in receivers]) < config.link_receiver_idle \
+                or max(i.busy_fraction for i in receivers) >= config.saturated_busy:
+            continue
+        for i in o.instances:
+            if i.host is None or i.backpressure_fraction <= 0:
+                continue
+            value, names = out.get(i.host, (0.0, ()))
+            out[i.host] = (max(value, i.backpressure_fraction), names + (f"{name}[{i.instance}]",)
+                           if i.backpressure_fraction >= config.link_blocked_exit else names)
+    return out
+
+
+def lost_share(vanished: Sequence[tuple[str, int]], where: Mapping[tuple[str, int], str]
+               ) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """Per host of ``where`` (the last known placement): (share of its instances among
+    ``vanished``, those instances). Every share is 0 when nothing vanished or everything did (a
+    source or job that is down says nothing about one host)."""
+    gone = set(vanished)
+    hosts = sorted(set(where.values()))
+    if not gone or all(k in gone for k in where):
+        return {h: (0.0, ()) for h in hosts}
+    out = {}
+    for h in hosts:
+        mine = [k for k, v in where.items() if v == h]
+        lost = [k for k in mine if k in gone]
+        out[h] = (len(lost) / len(mine), tuple(f"{o}[{i}]" for o, i in sorted(lost)))
+    return out
+
+
+@dataclass
+class HostDetectors:
+    """Hysteresis state of every (host symptom, host). ``update`` reads the newest settled window;
+    ``update_vanished`` a read whose newest window lacks whole instances."""
+
+    config: ReactiveConfig = ReactiveConfig()
+    _state: dict[tuple[str, str], Hysteresis] = field(default_factory=dict)
+
+    def _det(self, kind: str, host: str) -> Hysteresis:
+        c = self.config
+        thresholds = {"host_slowness": (c.rate_skew_enter, c.rate_skew_exit),
+                      "link_blocked": (c.link_blocked_enter, c.link_blocked_exit),
+                      "lost": (c.lost_enter, c.lost_exit)}
+        key = (kind, host)
+        if key not in self._state:
+            enter, exit_ = thresholds[kind]
+            self._state[key] = Hysteresis(enter, exit_, c.enter_windows, c.exit_windows)
+        return self._state[key]
+
+    def reset(self) -> None:
+        """Forget every reading (after an action: the hosts hold other instances now)."""
+        self._state.clear()
+
+    def update(self, history: Sequence[JobWindow], graph: nx.DiGraph) -> tuple[HostSymptom, ...]:
+        """Feed the newest window of ``history`` (settled windows, oldest first); a complete
+        window also counts as no host lost."""
+        if not history:
+            return ()
+        w = history[-1]
+        out = []
+        for host, (value, names) in sorted(host_slowness(w, history, self.config).items()):
+            out.append(HostSymptom("host_slowness", host, value, self._det("host_slowness", host).update(value), names))
+        for host, (value, names) in sorted(link_blocking(w, graph, self.config).items()):
+            out.append(HostSymptom("link_blocked", host, value, self._det("link_blocked", host).update(value), names))
+        for host in sorted(set(placement(w).values())):
+            out.append(HostSymptom("lost", host, 0.0, self._det("lost", host).update(0.0)))
+        return tuple(out)
+
+    def update_vanished(self, vanished: Sequence[tuple[str, int]], where: Mapping[tuple[str, int], str]
+                        ) -> tuple[HostSymptom, ...]:
+        """Feed a read whose newest window lacks the ``vanished`` instances; ``where``: the last
+        known placement (``placement`` of the newest complete window)."""
+        return tuple(HostSymptom("lost", host, value, self._det("lost", host).update(value), names)
+                     for host, (value, names) in lost_share(vanished, where).items())
+
+
+@dataclass(frozen=True)
+class HostDiagnosis:
+    """Every host cause scored for one host; ``causes`` are those that hold (score >= 0.5)."""
+
+    host: str
+    scores: Mapping[str, float]
+    causes: tuple[str, ...]
+    evidence: tuple[str, ...]
+    instances: tuple[str, ...] = ()
+    """The instances the causes point at (``operator[instance]``)."""
+
+    def to_dict(self) -> dict:
+        return {"host": self.host, "scores": dict(self.scores), "causes": list(self.causes),
+                "evidence": list(self.evidence), "instances": list(self.instances)}
+
+
+def diagnose_hosts(window: JobWindow | None, symptoms: Sequence[HostSymptom],
+                   config: ReactiveConfig = ReactiveConfig()) -> tuple[HostDiagnosis, ...]:
+    """Score ``slow_host``, ``slow_link`` and ``lost_host`` for every host with a symptom.
+
+    ``window``: the newest settled window (None when the read lacked instances: only ``lost``
+    can hold then). A slow link is blamed on one host only when no other host's instances are
+    link-blocked as much (peers of the same operators elsewhere would be blocked too by a
+    receiver-side cause); a slow host needs the instances of its operators on other hosts
+    normal, which ``host_slowness`` measures against."""
+    c = config
+    by = {(s.kind, s.host): s for s in symptoms}
+    hosts = sorted({s.host for s in symptoms})
+    out = []
+    for h in hosts:
+        def sym(kind):
+            return by.get((kind, h))
+
+        slow, link, lost = sym("host_slowness"), sym("link_blocked"), sym("lost")
+        evidence, instances = [], ()
+        s_slow = _ramp(slow.value, 1.0, c.rate_skew_enter) if slow and slow.active else 0.0
+        s_link = 0.0
+        if link and link.active:
+            rivals = [by[("link_blocked", g)].value or 0.0 for g in hosts if g != h and ("link_blocked", g) in by]
+            alone = all(r < c.link_blocked_exit or r < 0.5 * (link.value or 0.0) for r in rivals)
+            s_link = _ramp(link.value, c.link_blocked_exit, c.link_blocked_enter) * (1.0 if alone else 0.3)
+        s_lost = 1.0 if lost and lost.active and (lost.value or 0.0) >= c.lost_enter else 0.0
+        if s_lost:
+            s_slow = s_link = 0.0  # a dead host's other symptoms are stale
+        # a host both slow and blocked: its instances are slow, and a slow sender blocks nothing
+        if s_slow >= 0.5 and s_link >= 0.5:
+            s_link = 0.0
+        if s_slow >= 0.5:
+            instances = slow.instances
+            evidence.append(f"{h}: every measured instance on it slow together ({', '.join(slow.instances)}); "
+                            f"the least slowed {slow.value:.2f}x its operator's service time on the other hosts "
+                            f"(or its own before)")
+        if s_link >= 0.5:
+            instances = link.instances
+            evidence.append(f"{h}: {', '.join(link.instances)} back-pressured {link.value:.0%} of the window while "
+                            f"the instances they send to idle: output blocked on the network, not by the receivers")
+        if s_lost:
+            instances = lost.instances
+            evidence.append(f"{h}: all its instances ({', '.join(lost.instances)}) sent no metrics while "
+                            f"the other hosts' did: the host is lost")
+        scores = {"slow_host": round(s_slow, 3), "slow_link": round(s_link, 3), "lost_host": round(s_lost, 3)}
+        causes = tuple(k for k in HOST_CAUSES if scores[k] >= 0.5)
+        out.append(HostDiagnosis(host=h, scores=scores, causes=causes, evidence=tuple(evidence),
+                                 instances=tuple(instances)))
+    return tuple(out)
+
+
+def resolve_hosts(diagnoses: Sequence[HostDiagnosis]) -> tuple["Proposal", ...]:
+    """``move_off_host`` of every host with a cause, lost hosts first (their instances process
+    nothing), then slow hosts, then slow links' sending hosts."""
+    out = []
+    for cause in ("lost_host", "slow_host", "slow_link"):
+        for d in diagnoses:
+            if cause in d.causes:
+                why = {"lost_host": "moved off now, failing its instances over, rather than waiting for the "
+                                    "engine's heartbeat timeout",
+                       "slow_host": "its instances are moved to healthy hosts: a restart in place keeps them "
+                                    "slow and a scale-up adds instances beside them",
+                       "slow_link": "the sending instances are moved off the host whose outgoing links are "
+                                    "slow: more instances would share the same link"}[cause]
+                out.append(Proposal(kind="move_off_host", operators=(d.host,), diagnosis=cause, config=None,
+                                    reasons=tuple(d.evidence) + (f"{cause} on {d.host}: {why}",
+                                                                 f"scores {dict(d.scores)}"),
+                                    expected={"backpressure_max": 0.0}, detail={"host": d.host,
+                                                                              "instances": list(d.instances)}))
+    return tuple(out)
+
+
 # ---------------------------------------------------------------- diagnosers
 
 
@@ -381,7 +648,7 @@ class Proposal:
     """A resolver's proposed action (the loop applies guard rails, blacklist, advisor mode)."""
 
     kind: str
-    """scale | restart_instance | report_skew."""
+    """scale | restart_instance | report_skew | move_off_host (``operators`` = (host,))."""
     operators: tuple[str, ...]
     diagnosis: str
     config: Mapping[str, int] | None

@@ -70,7 +70,7 @@ class ActionRecord:
 
     at_s: float
     kind: str
-    """scale | restart_instance | report_skew | undo."""
+    """scale | restart_instance | move_off_host (``operators`` = (host,)) | report_skew | undo."""
     operators: tuple[str, ...]
     diagnosis: str
     """under_provisioned | over_provisioned | slow_instance | data_skew | planned | ..."""

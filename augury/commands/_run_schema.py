@@ -350,6 +350,12 @@ RANGES: dict[str, str] = {
     "ReactiveConfig.min_busy": "[0, 1)",
     "ReactiveConfig.low_utilization": "[0, 1]",
     "ReactiveConfig.max_scale_factor": "[1, inf)",
+    "ReactiveConfig.host_min_instances": "[1, inf)",
+    "ReactiveConfig.link_blocked_enter": "[0, 1]",
+    "ReactiveConfig.link_blocked_exit": "[0, 1]",
+    "ReactiveConfig.link_receiver_idle": "[0, 1]",
+    "ReactiveConfig.lost_enter": "(0, 1]",
+    "ReactiveConfig.lost_exit": "[0, 1]",
     # scheduler.state.BlacklistConfig (no own checks; load_band divides by log(band_ratio))
     "BlacklistConfig.base_s": "[0, inf)",
     "BlacklistConfig.max_s": "[0, inf)",

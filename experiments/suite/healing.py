@@ -1,10 +1,12 @@
-"""``healing``: a slow instance and a hot key injected into a running job; time to detect, to
-diagnose correctly and to recover, for augury's control loop and Dhalion.
+"""``healing``: a slow instance, a hot key, a slow host, a slow network link and a lost host
+injected into a running job; time to detect, to diagnose correctly and to recover, for augury's
+control loop and Dhalion.
 
 Setup: each job of ``JOBS`` (WordCount, and the clickstream pipeline: two sources, two key
 groupings) at ``load_factor`` x its default max rate, starting on the cheapest configuration for
-that rate (``scheduler.plan``, true model). At ``fault_at_s`` one fault starts and lasts to the
-end of the run:
+that rate (``scheduler.plan``, true model), its instances on ``hosts`` hosts (the testbed's
+placement rule: instance l on host l mod 3, so host 0 holds instance 0 of every operator). At
+``fault_at_s`` one fault starts and lasts to the end of the run:
 
 * ``slow_instance``: instance 0 of the job's ``slow_operator`` (WordCount: ``split``) runs
   ``slow_factor`` x slower (a bad host); the correct diagnosis is *slow instance op[0]*; the
@@ -14,14 +16,25 @@ end of the run:
   (naming the hot instance); no rescaling removes a single hot key's load from its instance, so
   it has to be reported (augury's resolver, with whether the key fits one instance) — scaling
   may still recover the SLO when the rest of the instance's keys move away.
+* ``slow_host``: every instance on host ``slow_host`` (0) runs ``slow_factor`` x slower; the
+  correct diagnosis is *slow_host* naming it; the remedy ``move_off_host``, never a scale-up of an
+  operator with an instance there (counted in ``slow_scale_ups`` like the slow instance's).
+* ``slow_link``: the links leaving host ``link_host`` (0) carry at most ``link_bandwidth`` tuples/s
+  per sending instance to other hosts (its senders back-pressured, their receivers idle); the
+  correct diagnosis is *slow_link* naming the sending host.
+* ``lost_host``: host ``lost_host`` (1) is lost; its instances' rows vanish and the engine fails
+  over after ``detection_s`` (50 s, Flink's heartbeat timeout); the correct diagnosis is
+  *lost_host* naming it. augury moves off it at once (which fails over now); Dhalion waits for
+  the engine.
 
 Every (job, fault, policy) runs with ``seeds`` seeds (``--quick``: WordCount, one seed); augury
 learns its model of each job once, from a warm-up recording.
 
 Policies: augury's product ``ControlLoop`` (on the model learned from a warm-up recording; instance restarts move the instance to
 a healthy host, i.e. end its slow-instance fault) and Dhalion (``experiments.baselines``:
-back-pressure detection, bottleneck scale-up; the re-implementation has no slow-instance or skew
-diagnoser, so its only diagnosis is *under-provisioned*).
+back-pressure detection, bottleneck scale-up; the re-implementation has no slow-instance, skew
+or host diagnoser, as published, so its only diagnosis is *under-provisioned*; it is not given
+the new ones).
 
 Times are seconds after the fault starts (real time, no compression):
 ``detect`` = first window after the fault in which the policy registered a symptom (augury: an
@@ -42,10 +55,12 @@ import pandas as pd
 from experiments.harness import ExperimentContext, ExperimentResult
 
 NAME = "healing"
-DESCRIPTION = ("slow instance and hot key injected: time to detect, to diagnose correctly and to recover, "
-               "augury's loop vs Dhalion")
+DESCRIPTION = ("slow instance, hot key, slow host, slow link and lost host injected: time to detect, to diagnose "
+               "correctly and to recover, augury's loop vs Dhalion")
 
-FAULTS = ("slow_instance", "hot_key")
+FAULTS = ("slow_instance", "hot_key", "slow_host", "slow_link", "lost_host")
+SLOW_FAULTS = ("slow_instance", "slow_host")
+"""Faults a scale-up must never answer (``slow_scale_ups``)."""
 POLICIES = ("augury", "dhalion")
 HEADLINE = ("augury.slow_instance.diagnosis_correct", "augury.slow_instance.recovered",
             "augury.slow_instance.recover_s", "augury.slow_instance.slow_scale_ups",
@@ -91,6 +106,19 @@ class Params:
     hot_share: float = 0.5
     latency_slo_ms: float = 50.0
     utilization_target: float = 0.7
+    hosts: int = 3
+    """Hosts of the testbed (every fault's runs, so all see the same placement)."""
+    slow_host: int = 0
+    """The host that runs ``slow_factor`` x slower (``slow_host``)."""
+    link_host: int = 0
+    """The host whose outgoing links are slow (``slow_link``)."""
+    link_bandwidth: float = 200.0
+    """Tuples/s per sending instance across hosts on the slow link (below what the senders on
+    ``link_host`` emit in both jobs, so they are back-pressured)."""
+    lost_host: int = 1
+    """The host that is lost (``lost_host``)."""
+    detection_s: float = 50.0
+    """The engine's failover delay after the host's loss, s (Flink's heartbeat timeout)."""
 
 
 class _DhalionWatch:
@@ -119,11 +147,22 @@ class _DhalionWatch:
 
 
 def _faults(kind: str, params: Params, job: Job = JOBS["wordcount"]):
-    from experiments.testbed import HotKey, SlowInstance
+    from experiments.testbed import HotKey, LostHost, SlowHost, SlowInstance, SlowLink
 
+    t0 = params.fault_at_s
     if kind == "slow_instance":
-        return [SlowInstance(job.slow_operator, 0, params.slow_factor, params.fault_at_s)]
-    return [HotKey(*job.hot_edge, params.hot_share, params.fault_at_s)]
+        return [SlowInstance(job.slow_operator, 0, params.slow_factor, t0)]
+    if kind == "slow_host":
+        return [SlowHost(params.slow_host, params.slow_factor, t0)]
+    if kind == "slow_link":
+        return [SlowLink(params.link_host, t0, bandwidth=params.link_bandwidth)]
+    if kind == "lost_host":
+        return [LostHost(params.lost_host, t0, detection_s=params.detection_s)]
+    return [HotKey(*job.hot_edge, params.hot_share, t0)]
+
+
+HOST_OF = {"slow_host": lambda p: p.slow_host, "slow_link": lambda p: p.link_host, "lost_host": lambda p: p.lost_host}
+"""The host each host fault names (its correct diagnosis)."""
 
 
 def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: int, repo, learned=None,
@@ -148,7 +187,7 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
     else:
         c = _DhalionWatch(to_graph(truth))
     rcfg = ReplayConfig(window_s=params.window_s, time_scale=1.0, restart_s=params.restart_s,
-                        latency_slo_ms=params.latency_slo_ms, seed=seed)
+                        latency_slo_ms=params.latency_slo_ms, seed=seed, hosts=params.hosts)
     r = drive(truth, rate, c, rcfg, initial, duration_s, faults=_faults(kind, params, spec))
     t0 = params.fault_at_s
     tl = r.timeline
@@ -159,6 +198,10 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
     diagnosis_text, actions, verdict = "", [], ""
     slow_scale_ups = 0
     slow_op, hot_op = spec.slow_operator, spec.hot_edge[1]
+    host = f"host-{HOST_OF[kind](params)}" if kind in HOST_OF else None
+    # the operators a scale-up must not answer: the slow instance's, or those with an instance on the slow host
+    slow_ops = {slow_op} if kind == "slow_instance" else {
+        i.split("[")[0] for i in (fault_event.get("detail") or {}).get("instances", [])} if kind == "slow_host" else set()
     if policy == "augury":
         for now, s in c.steps:
             if now <= t0 + 1e-9:
@@ -174,13 +217,21 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
                     if kind == "hot_key" and d.operator == hot_op and "data_skew" in d.causes:
                         diagnose = now - t0
                         diagnosis_text = f"data_skew {hot_op}[{d.instance}]"
-            if (kind == "slow_instance" and s.result.applied and s.decision.kind == "scale"
-                    and slow_op in s.decision.operators):
+                for d in ev.host_diagnoses:
+                    if host is not None and d.host == host and kind in d.causes:
+                        diagnose, diagnosis_text = now - t0, f"{kind} {host}"
+            if math.isnan(detect) and any(sym.active for sym in ev.host_symptoms):
+                detect = now - t0
+            if (kind in SLOW_FAULTS and s.result.applied and s.decision.kind == "scale"
+                    and slow_ops & {k for k in s.decision.operators
+                                    if (s.decision.config or {}).get(k, 0) > (s.evaluation.window.config.get(k, 0)
+                                                                              if s.evaluation.window else 0)}):
                 slow_scale_ups += 1
             if s.result.applied or (s.decision.kind not in ("none", "hold") and s.decision.kind):
                 if s.decision.kind not in ("none", "hold"):
                     actions.append(f"{now - t0:+.0f}s {s.decision.kind} {','.join(s.decision.operators)}"
-                                   + (f"[{s.decision.instance}]" if s.decision.instance is not None else ""))
+                                   + (f"[{s.decision.instance}]" if s.decision.instance is not None else "")
+                                   + (f" ({s.decision.diagnosis})" if s.decision.kind == "move_off_host" else ""))
             for rep in s.decision.reports:
                 if rep.kind == "report_skew" and f"report_skew {','.join(rep.operators)}" not in " ".join(actions):
                     actions.append(f"{now - t0:+.0f}s report_skew {','.join(rep.operators)}")
@@ -190,14 +241,16 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
                                "unknown while saturated" if hot_key["fits"] is None else "cannot fix by scaling")
         causes = [(now, d.operator, d.causes) for now, s in c.steps if now > t0 for d in s.evaluation.diagnoses
                   if d.causes]
+        causes += [(now, d.host, d.causes) for now, s in c.steps if now > t0 for d in s.evaluation.host_diagnoses
+                   if d.causes]
         if not diagnosis_text and causes:
             diagnosis_text = "wrong: " + ", ".join(sorted({f"{o}:{'+'.join(cs)}" for _, o, cs in causes}))
     else:
         det = [t for t in c.detected if t > t0 + 1e-9]
         detect = det[0] - t0 if det else math.nan
         actions = [f"{t - t0:+.0f}s scale " + ",".join(k for k in cfg) for t, cfg in c.actions if t > t0]
-        if kind == "slow_instance":
-            slow_scale_ups = sum(1 for t, cfg in c.actions if t > t0 and slow_op in cfg)
+        if kind in SLOW_FAULTS:
+            slow_scale_ups = sum(1 for t, cfg in c.actions if t > t0 and slow_ops & set(cfg))
         diagnosis_text = "under-provisioned (scale-up)" if c.actions else ""
     violated = after["violated"].to_numpy(bool)
     ever = bool(violated.any())
@@ -250,7 +303,7 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                 metrics[f"{key}.{col}"] = float(values.median())
         metrics[f"{key}.recovered"] = float(part["recovered"].mean())
         metrics[f"{key}.diagnosis_correct"] = float(part["diagnosis_correct"].mean())
-        if fault == "slow_instance":
+        if fault in SLOW_FAULTS:
             metrics[f"{key}.slow_scale_ups"] = float(part["slow_scale_ups"].sum())
     # the calibrated parameters next to the truth (relative errors), as every experiment logs them
     first = calibrations[jobs[0]]
@@ -290,7 +343,7 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
                     "recovered": float(part["recovered"].mean()), "recovered_lo": r_lo, "recovered_hi": r_hi,
                     "recover_s_median": float(recovered["recover_s"].median()) if len(recovered) else math.nan,
                     "violation_minutes_mean": float(part["violation_minutes"].mean()),
-                    "slow_scale_ups": int(part["slow_scale_ups"].sum()) if fault == "slow_instance" else 0,
+                    "slow_scale_ups": int(part["slow_scale_ups"].sum()) if fault in SLOW_FAULTS else 0,
                     "hot_key_verdicts": ", ".join(f"{v}: {n}" for v, n in
                                                   part["hot_key_verdict"].replace("", "none").value_counts().items())
                     if fault == "hot_key" and policy == "augury" else ""})
@@ -309,6 +362,8 @@ def summary_lines(summary: pd.DataFrame) -> list[str]:
                      f"{r['violation_minutes_mean']:.2f} violation min per run"
                      + (f", {r['slow_scale_ups']} scale-up(s) of the slow instance's operator"
                         if r["fault"] == "slow_instance" else "")
+                     + (f", {r['slow_scale_ups']} scale-up(s) of an operator on the slow host"
+                        if r["fault"] == "slow_host" else "")
                      + (f"; hot-key verdicts: {r['hot_key_verdicts']}" if r["hot_key_verdicts"] else "") + ".")
     aug = summary[summary["policy"] == "augury"]
     for fault in FAULTS:
@@ -318,10 +373,10 @@ def summary_lines(summary: pd.DataFrame) -> list[str]:
         worst = float(part["diagnosis_correct"].min())
         lines.append(f"- goal, {fault}: correct diagnosis in >= 90 % of runs per job: "
                      f"{'met' if worst >= 0.9 else 'missed'} (lowest {worst:.0%}).")
-    slow = aug[aug["fault"] == "slow_instance"]
+    slow = aug[aug["fault"].isin(SLOW_FAULTS)]
     if len(slow):
         n = int(slow["slow_scale_ups"].sum())
-        lines.append(f"- goal: zero scale-ups answering a slow instance: {'met' if n == 0 else 'missed'} ({n}).")
+        lines.append(f"- goal: zero scale-ups answering a slow instance/host: {'met' if n == 0 else 'missed'} ({n}).")
     for _, r in aug.iterrows():
         peer = summary[(summary["job"] == r["job"]) & (summary["fault"] == r["fault"])
                        & (summary["policy"] == "dhalion")]

@@ -277,7 +277,10 @@ class Testbed:
 
     # ------------------------------------------------------------ MetricsSource
     def read(self, since_s: float | None = None) -> MetricsBatch:
-        """Complete windows that ended after ``since_s`` (epoch seconds of the testbed clock)."""
+        """Complete windows that ended after ``since_s`` (epoch seconds of the testbed clock).
+        With ``TestbedConfig.hosts`` the rows have the optional 9th field ``host``
+        (``scheduler.interfaces.OPTIONAL_COLUMNS``: ``host-<h>``, None on the operator's
+        ``parallelism`` row), as ``frame`` has; without hosts the 8 fields of ``RAW_COLUMNS``."""
         rows = []
         as_of = None
         for start_ms, cols in self._windows:
@@ -353,7 +356,7 @@ class Testbed:
         return Actuation(applied=True, config=self.current(), restart_s=0.0,
                          detail=f"restarted {operator}[{instance}]" + (f": {reason}" if reason else ""))
 
-    def move_off_host(self, host: int, reason: str = "") -> Actuation:
+    def move_off_host(self, host: int | str, reason: str = "") -> Actuation:
         """Move every instance off ``host`` and keep the placement away from it from now on (an
         operator draining a bad node, as Flink's blocklist does). The instances on it restart
         on other hosts (the placement rule with the host excluded); like ``restart_instance`` this
@@ -361,8 +364,12 @@ class Testbed:
         host faults (slow host, slow link) follow the new placement. A lost host whose loss the
         engine has not detected yet is failed over now (the restart of ``lost_host``, with its
         downtime: the instances there died). Raises ``ActuationFailed`` without hosts, for an
-        unknown host, or when no live host would remain; a host already avoided is no change."""
+        unknown host, or when no live host would remain; a host already avoided is no change.
+        ``host``: its index or its name in the metric rows (``host-<h>``, as the control loop's
+        ``scheduler.loop.HostMover`` passes it)."""
         n = self._nhosts
+        if isinstance(host, str) and host.startswith("host-") and host[5:].isdigit():
+            host = int(host[5:])
         if self.cfg.hosts is None:
             raise ActuationFailed("the testbed has no hosts (TestbedConfig.hosts)", field="host", value=host)
         if isinstance(host, bool) or not isinstance(host, (int, np.integer)) or not 0 <= host < n:
@@ -783,6 +790,10 @@ class Testbed:
     def _rows_of(self, start_ms: float, cols: dict) -> list[tuple]:
         ts = self._start_ts + pd.Timedelta(milliseconds=start_ms)
         w = float(self.cfg.window_s)
+        if self.cfg.hosts is not None:  # the optional host field: where the instance ran
+            return [(ts, w, self.job, o, int(i), m, float(x), t, h)
+                    for o, i, m, x, t, h in zip(cols["operator"], cols["instance"], cols["metric"],
+                                                cols["value"], cols["target"], cols["host"])]
         return [(ts, w, self.job, o, int(i), m, float(x), t)
                 for o, i, m, x, t in zip(cols["operator"], cols["instance"], cols["metric"],
                                          cols["value"], cols["target"])]

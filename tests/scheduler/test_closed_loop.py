@@ -215,3 +215,98 @@ def test_fault_injection_1000_iterations_on_the_testbed():
     # step, 0.6 x) is served without a growing backlog (``levels[-1]`` is never reached in 1,000
     # iterations of 2 s)
     assert not predict(model, tb.current(), tb.load.rate_at(tb.now_s - 1.0)).saturated
+
+
+# ---------------------------------------------------------------- hosts (issue 26)
+
+def _hosted_wordcount(fault, seed=1):
+    """WordCount at 0.8 x its max rate on 3 hosts (source[0], split[0], count[0] on host-0)."""
+    model = load_model("examples/wordcount.yaml")
+    rate = 0.8 * predict(model, None, 0.0).max_rate
+    tb = Testbed(model, rate, TestbedConfig(seed=seed, hosts=3, restart_s=30.0),
+                 parallelism={"source": 1, "split": 1, "count": 3}, faults=[fault])
+    return model, tb, ControlLoop(model, tb, tb, LoopConfig())
+
+
+def _scale_ups(steps, operators):
+    return [s for s in steps if s.result.applied and s.decision.kind == "scale"
+            and set(s.decision.operators) & set(operators)]
+
+
+def test_slow_host_is_moved_off_never_scaled():
+    from experiments.testbed import SlowHost
+
+    model, tb, loop = _hosted_wordcount(SlowHost(0, 5.0, 40.0))
+    steps = loop.run(iterations=12, wait=tb.advance)
+    moves = [s for s in steps if s.decision.kind == "move_off_host"]
+    assert moves and moves[0].decision.host == "host-0" and moves[0].decision.diagnosis == "slow_host"
+    assert moves[0].result.applied
+    assert not _scale_ups(steps, ("split", "count"))
+    assert all(h != 0 for h in tb.placement().values())  # nothing left on the slow host
+    assert [r.kind for r in loop.store.actions()] == ["move_off_host"]
+
+
+def test_slow_link_moves_the_sending_host():
+    from experiments.testbed import SlowLink
+
+    model, tb, loop = _hosted_wordcount(SlowLink(0, 40.0, bandwidth=200.0))
+    steps = loop.run(iterations=12, wait=tb.advance)
+    moves = [s for s in steps if s.decision.kind == "move_off_host"]
+    assert moves and (moves[0].decision.host, moves[0].decision.diagnosis) == ("host-0", "slow_link")
+    assert not _scale_ups(steps, ("split", "count"))
+    # the sender no longer blocked once it left host-0
+    assert steps[-1].evaluation.window.operators["split"].backpressure_max < 0.1
+
+
+def test_lost_host_is_failed_over_before_the_engine_notices_and_its_rows_come_back():
+    from experiments.testbed import LostHost
+
+    model, tb, loop = _hosted_wordcount(LostHost(1, 40.0, detection_s=50.0))
+    steps = loop.run(iterations=12, wait=tb.advance)
+    move = next(s for s in steps if s.decision.kind == "move_off_host")
+    assert not move.observation.ok and move.observation.vanished == (("count", 1),)
+    assert (move.decision.host, move.decision.diagnosis) == ("host-1", "lost_host") and move.result.applied
+    assert move.at_s - tb.epoch0_s < 40.0 + 50.0  # before the engine's own failover
+    failovers = [e for e in tb.events if e["event"] == "failover" and e["detail"]["restarted"]]
+    assert len(failovers) == 1 and "lost_host on host-1" in failovers[0]["detail"]["reason"]
+    notes = [n for s in steps for n in s.evaluation.host_notes]
+    assert notes and "host-1 report again" in notes[0]
+    assert "report again" in loop.store.actions()[0].detail
+    assert steps[-1].observation.ok  # complete reads again
+
+
+def test_a_blacklisted_move_off_host_is_not_repeated():
+    from experiments.testbed import SlowHost
+    from scheduler.state import BlacklistEntry
+
+    model, tb, loop = _hosted_wordcount(SlowHost(0, 5.0, 40.0))
+    for band in range(-2, 60):  # whatever the load band: moving off host-0 for a slow host did not help
+        loop.store.put_blacklist(BlacklistEntry("move_off_host", "host-0", "slow_host", band, until_s=1e12,
+                                                reason="test"))
+    steps = loop.run(iterations=10, wait=tb.advance)
+    assert not [s for s in steps if s.decision.kind == "move_off_host"]
+    assert any("blacklisted: move off host-0 for slow_host" in b for s in steps for b in s.decision.blocked)
+
+
+class _NoHostMover:
+    """A testbed actuator without ``move_off_host`` (as Flink's REST actuator is today)."""
+
+    def __init__(self, tb):
+        self.tb = tb
+
+    def current(self):
+        return self.tb.current()
+
+    def apply(self, config, reason=""):
+        return self.tb.apply(config, reason)
+
+
+def test_a_move_off_host_fails_on_an_actuator_without_the_capability():
+    from experiments.testbed import SlowHost
+
+    model, tb, _ = _hosted_wordcount(SlowHost(0, 5.0, 40.0))
+    loop = ControlLoop(model, tb, _NoHostMover(tb), LoopConfig())
+    steps = loop.run(iterations=8, wait=tb.advance)
+    move = next(s for s in steps if s.decision.kind == "move_off_host")
+    assert not move.result.applied and "cannot move instances off a host" in move.result.error
+    assert {(r.kind, r.outcome) for r in loop.store.actions()} == {("move_off_host", "failed")}  # logged, no crash

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from modeler.modelfile import load_model
-from scheduler.interfaces import (RAW_COLUMNS, ActuationFailed, Actuator, InMemoryActuator,
-                                  InMemoryMetricsSource, MetricsBatch, MetricsSource, MetricsUnavailable)
+from scheduler.interfaces import (OPTIONAL_COLUMNS, RAW_COLUMNS, ROW_COLUMNS, ActuationFailed, Actuator,
+                                  InMemoryActuator, InMemoryMetricsSource, MetricsBatch, MetricsSource,
+                                  MetricsUnavailable)
 from tests.conftest import EXAMPLES
 
 T0 = pd.Timestamp("2026-01-01", tz="UTC")
@@ -35,7 +36,14 @@ def _testbed_source():
     return bed, lambda: bed.advance(2.0)
 
 
-SOURCES = {"in-memory": _in_memory_source, "testbed": _testbed_source}
+def _testbed_hosts_source():
+    from experiments.testbed import Testbed, TestbedConfig
+
+    bed = Testbed(load_model(EXAMPLES / "wordcount.yaml"), 300.0, TestbedConfig(seed=3, window_s=2.0, hosts=3))
+    return bed, lambda: bed.advance(2.0)
+
+
+SOURCES = {"in-memory": _in_memory_source, "testbed": _testbed_source, "testbed-hosts": _testbed_hosts_source}
 
 
 @pytest.mark.parametrize("make", SOURCES.values(), ids=SOURCES.keys())
@@ -44,9 +52,11 @@ def test_metrics_source_contract(make):
     assert isinstance(source, MetricsSource)
     tick()
     batch = source.read(None)
-    assert batch.rows and all(len(row) == len(RAW_COLUMNS) for row in batch.rows)
+    # 8 fields, or 9 with the optional host; one source sends one kind
+    assert batch.rows and len({len(row) for row in batch.rows}) == 1
+    assert len(batch.rows[0]) in (len(RAW_COLUMNS), len(ROW_COLUMNS))
     frame = batch.to_frame()
-    assert list(frame.columns) == list(RAW_COLUMNS)
+    assert list(frame.columns) == list(RAW_COLUMNS) + list(OPTIONAL_COLUMNS[:len(batch.rows[0]) - len(RAW_COLUMNS)])
     # Windows are complete: every row's window ends no later than as_of_s.
     ends = pd.to_datetime(frame["ts"], utc=True) + pd.to_timedelta(frame["window_s"], unit="s")
     assert (ends.map(lambda t: t.timestamp()) <= batch.as_of_s + 1e-6).all()
@@ -90,3 +100,45 @@ def test_actuator_contract(make):
     with pytest.raises(ActuationFailed):
         actuator.apply({"no-such-operator": 3})
     assert actuator.current()["count"] == 4  # a refused change leaves the job as it was
+
+
+def test_rows_with_and_without_a_host_make_one_frame():
+    ts = T0.isoformat()
+    batch = MetricsBatch(as_of_s=T0.timestamp() + 10, config={"a": 1}, rows=(
+        (ts, 10.0, "j", "a", 0, "records_in", 1.0, None),
+        (ts, 10.0, "j", "a", 0, "busy_ms", 5.0, None, "host-2")))
+    frame = batch.to_frame()
+    assert list(frame.columns) == list(ROW_COLUMNS)
+    assert frame["host"].tolist() == [None, "host-2"]
+
+
+def _replay_host_mover():
+    from experiments.replay import ReplayActuator
+    from experiments.testbed import Testbed, TestbedConfig
+
+    return ReplayActuator(Testbed(load_model(EXAMPLES / "wordcount.yaml"), 100.0,
+                                  TestbedConfig(seed=1, restart_s=1.0, hosts=3),
+                                  parallelism={"source": 1, "split": 2, "count": 2}))
+
+
+def _testbed_host_mover():
+    from experiments.testbed import Testbed, TestbedConfig
+
+    return Testbed(load_model(EXAMPLES / "wordcount.yaml"), 100.0, TestbedConfig(seed=1, restart_s=1.0, hosts=3),
+                   parallelism={"source": 1, "split": 2, "count": 2})
+
+
+HOST_MOVERS = {"in-memory": _in_memory_actuator, "testbed": _testbed_host_mover, "replay": _replay_host_mover}
+
+
+@pytest.mark.parametrize("make", HOST_MOVERS.values(), ids=HOST_MOVERS.keys())
+def test_host_mover_contract(make):
+    from scheduler.loop import HostMover
+
+    actuator = make()
+    assert isinstance(actuator, HostMover)
+    before = actuator.current()
+    moved = actuator.move_off_host("host-1", reason="contract")
+    assert moved.applied and actuator.current() == before  # instances move, the parallelism stays
+    again = actuator.move_off_host("host-1")
+    assert not again.applied and "already" in again.detail  # a host already left is no change

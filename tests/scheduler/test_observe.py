@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from scheduler.interfaces import MetricsBatch, MetricsUnavailable
-from scheduler.observe import MalformedMetrics, history_frames, job_windows
+from scheduler.observe import MalformedMetrics, history_frames, job_windows, vanished_instances
 from tests.scheduler.synth import T0, FluidJob
 
 
@@ -109,3 +109,47 @@ def test_history_frames_have_the_calibration_columns():
     assert len(ops) == 9 and len(edges) == 6
     sel = edges[edges["source_op"] == "a"]["selectivity"]
     assert list(sel) == pytest.approx([1.0, 1.0, 1.0])
+
+
+def _hosted(batch, hosts):
+    """The batch's rows with the optional host field: ``hosts[(operator, instance)]``."""
+    return MetricsBatch(as_of_s=batch.as_of_s, config=batch.config, window_s=batch.window_s,
+                        rows=tuple(tuple(r) + (hosts.get((r[3], int(r[4]))),) for r in batch.rows))
+
+
+def test_the_optional_host_field_reaches_every_instance():
+    batch = _job().read()
+    hosted = _hosted(batch, {("a", 0): "host-0", ("a", 1): "host-1", ("b", 0): "host-1"})
+    a = job_windows(hosted, sources=["source"])[-1].operators["a"]
+    assert [i.host for i in a.instances] == ["host-0", "host-1"]
+    # the same windows without hosts: the same statistics, host None (Flink's rows, the in-memory ones)
+    plain = job_windows(batch, sources=["source"])[-1].operators["a"]
+    assert [i.host for i in plain.instances] == [None, None]
+    assert plain.processed_rate == a.processed_rate and plain.busy_mean == a.busy_mean
+
+
+def test_rows_of_eight_and_nine_fields_mix():
+    batch = _job().read()
+    rows = tuple(tuple(r) + ("host-3",) if r[3] == "b" else tuple(r) for r in batch.rows)
+    w = job_windows(MetricsBatch(as_of_s=batch.as_of_s, rows=rows, config=batch.config), sources=["source"])[-1]
+    assert w.operators["b"].instances[0].host == "host-3" and w.operators["a"].instances[0].host is None
+
+
+def test_a_row_of_ten_fields_is_malformed():
+    batch = _job().read()
+    rows = (tuple(batch.rows[0]) + ("host-0", "extra"),) + tuple(batch.rows[1:])
+    with pytest.raises(MalformedMetrics) as err:
+        job_windows(MetricsBatch(as_of_s=batch.as_of_s, rows=rows, config=batch.config))
+    assert "rows[0]" in str(err.value)
+
+
+def test_vanished_instances_are_those_without_any_row_in_the_newest_window():
+    batch = _job().read()
+    last = max(pd.Timestamp(r[0]) for r in batch.rows)
+    # a[1] sends nothing in the newest window (its host died); earlier windows are complete
+    rows = tuple(r for r in batch.rows if not (pd.Timestamp(r[0]) == last and r[3] == "a" and int(r[4]) == 1))
+    partial = MetricsBatch(as_of_s=batch.as_of_s, rows=rows, config=batch.config)
+    with pytest.raises(MalformedMetrics):  # still a partial batch: never acted on as it is
+        job_windows(partial, sources=["source"])
+    assert vanished_instances(partial, {"a": 2, "b": 1}) == (("a", 1),)
+    assert vanished_instances(batch, {"a": 2, "b": 1}) == ()

@@ -225,3 +225,119 @@ def test_several_causes_on_several_operators():
     model, history, diags = _run(job, 60)
     c = _causes(diags)
     assert "slow_instance" in c["a"] and "data_skew" in c["b"]
+
+
+# ---------------------------------------------------------------- hosts (issue 26), constructed windows
+
+def _host_window(start_s, ops, graph_sources=("src",)):
+    """A JobWindow from ``{operator: [(host, busy, backpressure, idle, service_ms), ...]}``."""
+    from scheduler.observe import InstanceWindow, JobWindow, OperatorWindow
+
+    operators = {}
+    for name, insts in ops.items():
+        iws = tuple(InstanceWindow(instance=k, processed_rate=(busy * 1000.0 / svc) if svc else 100.0,
+                                   busy_fraction=busy, backpressure_fraction=bp, idle_fraction=idle,
+                                   queue_len=0.0, service_time_ms=svc, host=host)
+                    for k, (host, busy, bp, idle, svc) in enumerate(insts))
+        operators[name] = OperatorWindow(
+            operator=name, parallelism=len(iws), is_source=name in graph_sources,
+            processed_rate=sum(i.processed_rate for i in iws), arrival_rate=sum(i.processed_rate for i in iws),
+            busy_mean=sum(i.busy_fraction for i in iws) / len(iws), busy_max=max(i.busy_fraction for i in iws),
+            backpressure_max=max(i.backpressure_fraction for i in iws),
+            backpressure_mean=sum(i.backpressure_fraction for i in iws) / len(iws), queue_len_total=0.0,
+            source_lag=0.0, output_rates={}, instances=iws)
+    return JobWindow(start_s=start_s, window_s=10.0, job="j", config={k: len(v) for k, v in ops.items()},
+                     operators=operators)
+
+
+def _host_graph():
+    import networkx as nx
+
+    return nx.DiGraph([("src", "a"), ("a", "b")])
+
+
+def _normal(a0=1.0, b0=0.5, a_bp=0.0, b_idle=0.5, b_busy=0.4, hosts=("host-0", "host-1")):
+    """src[0] and a[0], b[0] on hosts[0]; a[1], b[1] on hosts[1]; a[0]'s service a0 ms, b[0]'s b0."""
+    h0, h1 = hosts
+    return {"src": [(h0, 0.0, 0.0, 1.0, None)],
+            "a": [(h0, 0.5 * a0, a_bp, 0.5 - a_bp / 2, a0), (h1, 0.5, 0.0, 0.5, 1.0)],
+            "b": [(h0, b_busy * b0 / 0.5, 0.0, b_idle, b0), (h1, b_busy, 0.0, b_idle, 0.5)]}
+
+
+def _feed_hosts(windows, config=ReactiveConfig()):
+    from scheduler.reactive import HostDetectors, diagnose_hosts
+
+    det, history, out = HostDetectors(config), [], []
+    for w in windows:
+        history.append(w)
+        syms = det.update(history, _host_graph())
+        out.append({d.host: d for d in diagnose_hosts(w, syms, config)})
+    return out
+
+
+def test_a_slow_host_is_every_instance_on_it_slow_while_its_operators_peers_are_normal():
+    from scheduler.reactive import resolve_hosts
+
+    before = [_host_window(10.0 * k, _normal()) for k in range(4)]
+    slow = [_host_window(40.0 + 10.0 * k, _normal(a0=5.0, b0=2.5)) for k in range(2)]
+    diags = _feed_hosts(before + slow)
+    assert not any(d.causes for d in diags[4].values())  # one window is not enough (hysteresis)
+    host0 = diags[-1]["host-0"]
+    assert host0.causes == ("slow_host",) and set(host0.instances) == {"a[0]", "b[0]"}
+    assert not diags[-1]["host-1"].causes
+    (move,) = resolve_hosts(tuple(diags[-1].values()))
+    assert (move.kind, move.operators, move.diagnosis) == ("move_off_host", ("host-0",), "slow_host")
+    assert any("5.00x" in r for r in move.reasons)
+
+
+def test_one_slow_instance_is_not_a_slow_host():
+    # a[0] slow, b[0] on the same host normal: the least slowed instance there is normal
+    windows = [_host_window(10.0 * k, _normal(a0=1.0 if k < 4 else 5.0)) for k in range(7)]
+    assert not any(d.causes for d in _feed_hosts(windows)[-1].values())
+
+
+def test_a_host_needs_host_min_instances_measured_instances_to_be_called_slow():
+    windows = [_host_window(10.0 * k, _normal(a0=1.0 if k < 4 else 5.0, b0=0.5 if k < 4 else 2.5))
+               for k in range(7)]
+    one = ReactiveConfig(host_min_instances=3)  # host-0 has two measured instances
+    assert not any(d.causes for d in _feed_hosts(windows, one)[-1].values())
+
+
+def test_a_slow_link_is_a_blocked_sender_with_idle_receivers():
+    windows = [_host_window(10.0 * k, _normal(a_bp=0.0 if k < 3 else 0.9, b_idle=0.9, b_busy=0.05))
+               for k in range(6)]
+    d = _feed_hosts(windows)[-1]
+    assert d["host-0"].causes == ("slow_link",) and d["host-0"].instances == ("a[0]",)
+    assert not d["host-1"].causes
+
+
+def test_back_pressure_from_a_busy_receiver_is_not_a_slow_link():
+    # the same blocked sender, but its receivers are saturated: ordinary back pressure
+    windows = [_host_window(10.0 * k, _normal(a_bp=0.0 if k < 3 else 0.9, b_idle=0.0, b_busy=0.95))
+               for k in range(6)]
+    assert not any(d.causes for d in _feed_hosts(windows)[-1].values())
+
+
+def test_a_lost_host_is_all_its_instances_vanishing_while_others_report():
+    from scheduler.reactive import HostDetectors, diagnose_hosts, lost_share, placement, resolve_hosts
+
+    where = placement(_host_window(0.0, _normal()))
+    assert where[("a", 1)] == "host-1"
+    gone = (("a", 1), ("b", 1))
+    det = HostDetectors()
+    first = {d.host: d for d in diagnose_hosts(None, det.update_vanished(gone, where))}
+    assert not first["host-1"].causes  # one partial read is not enough
+    second = {d.host: d for d in diagnose_hosts(None, det.update_vanished(gone, where))}
+    assert second["host-1"].causes == ("lost_host",) and not second["host-0"].causes
+    assert resolve_hosts(tuple(second.values()))[0].operators == ("host-1",)
+    # one of a host's instances gone is not the host; everything gone is not one host either
+    assert lost_share((("a", 1),), where)["host-1"][0] == 0.5
+    assert all(v == 0.0 for v, _ in lost_share(tuple(where), where).values())
+
+
+def test_windows_without_hosts_have_no_host_symptoms():
+    from scheduler.reactive import HostDetectors
+
+    windows = [_host_window(10.0 * k, _normal(hosts=(None, None))) for k in range(4)]
+    det = HostDetectors()
+    assert all(det.update(windows[:k + 1], _host_graph()) == () for k in range(4))

@@ -14,7 +14,7 @@ def test_quick_healing_through_the_harness(tmp_path, monkeypatch):
 
     run = run_experiment("healing", quick=True, seed=0, workdir=tmp_path / "work")
     runs = run.result.tables["runs"].set_index(["fault", "policy"])
-    assert len(runs) == 4
+    assert len(runs) == 10  # five faults x two policies
     slow = runs.loc[("slow_instance", "augury")]
     # augury's loop names the slow instance and restarts it; detection precedes diagnosis.
     assert slow["diagnosis"] == "slow_instance split[0]"
@@ -22,8 +22,15 @@ def test_quick_healing_through_the_harness(tmp_path, monkeypatch):
     assert "restart_instance split[0]" in slow["actions"]
     hot = runs.loc[("hot_key", "augury")]
     assert hot["diagnosis"].startswith("data_skew count") and "report_skew count" in hot["actions"]
-    # Dhalion's re-implementation has no slow-instance/skew diagnoser: never a correct diagnosis.
-    assert math.isnan(runs.loc[("slow_instance", "dhalion"), "diagnose_s"])
+    # the host faults: named host and cause, answered by moving off the host, never by a scale-up
+    for fault, host in (("slow_host", "host-0"), ("slow_link", "host-0"), ("lost_host", "host-1")):
+        row = runs.loc[(fault, "augury")]
+        assert row["diagnosis"] == f"{fault} {host}" and f"move_off_host {host} ({fault})" in row["actions"]
+        assert 0 < row["detect_s"] <= row["diagnose_s"]
+    assert runs.loc[("slow_host", "augury"), "slow_scale_ups"] == 0
+    # Dhalion's re-implementation has no slow-instance/skew/host diagnoser: never a correct diagnosis.
+    for fault in ("slow_instance", "slow_host", "slow_link", "lost_host"):
+        assert math.isnan(runs.loc[(fault, "dhalion"), "diagnose_s"])
     for _, row in runs.iterrows():
         if row["slo_violated_after_fault"] and row["recovered"]:
             assert row["recover_s"] > 0
@@ -53,6 +60,6 @@ def test_summary_counts_runs_and_states_the_goals_as_measured():
     text = "\n".join(summary_lines(s.reset_index()))
     assert "goal, slow_instance: correct diagnosis in >= 90 % of runs per job: missed (lowest 80%)" in text
     assert "goal, hot_key: correct diagnosis in >= 90 % of runs per job: met" in text
-    assert "zero scale-ups answering a slow instance: missed (1)" in text
+    assert "zero scale-ups answering a slow instance/host: missed (1)" in text
     # Dhalion recovers in 40 % of its slow-instance runs (after 120 s): augury recovers in all, faster
     assert "goal, j slow_instance: recovery faster than Dhalion (which recovers in 40%, after 120 s): met" in text
