@@ -15,7 +15,7 @@ entries in ``GuardView``, and keeps the returned ``GuardState`` for the next ste
 6. **Scale-down delay**: a pure scale-down must be recommended continuously for
    ``scale_down_delay_s``; the highest recommendation over that time is applied.
 7. **Blacklist**: an operator whose (action, operator, diagnosis, load band) is banned keeps its
-   parallelism; a banned instance restart is dropped.
+   parallelism; a banned instance restart or move off a host (keyed by the host) is dropped.
 8. **Advisor mode**: the decision is marked advisory (logged, never applied).
 
 When a decision is blocked entirely, its ``fallbacks`` are tried in order (through 4-7). Times
@@ -154,7 +154,8 @@ def guard(decision: Decision, state: GuardState, rails: GuardRails,
     if kind == DecisionKind.UNDO:
         target = clamp(decision.config or {}, current, rails, view.bounds)
         return replace(decision, config=target, advisor=advisor, fallbacks=()), state
-    actionable = kind in (DecisionKind.SCALE, DecisionKind.RESTART_INSTANCE) or bool(decision.fallbacks)
+    actionable = kind in (DecisionKind.SCALE, DecisionKind.RESTART_INSTANCE, DecisionKind.MOVE_OFF_HOST) \
+        or bool(decision.fallbacks)
     if kind not in (DecisionKind.SCALE,) and not _has_scale(decision):
         state = replace(state, down_since_s=None, down_max={})
     if not actionable:
@@ -195,6 +196,11 @@ def _one(d: Decision, state: GuardState, rails: GuardRails,
         ban = view.bans.get(("restart_instance", op, d.diagnosis, view.band))
         if ban is not None:
             return None, state, [f"blacklisted: restart {op}[{d.instance}] ({ban})"]
+        return d, state, notes
+    if d.kind == DecisionKind.MOVE_OFF_HOST:
+        ban = view.bans.get(("move_off_host", d.host or "", d.diagnosis, view.band))
+        if ban is not None:
+            return None, state, [f"blacklisted: move off {d.host} for {d.diagnosis} ({ban})"]
         return d, state, notes
     if d.kind != DecisionKind.SCALE or not d.config:
         return None, state, notes

@@ -433,39 +433,22 @@ class ControlLoop:
 
     # -- guard
     def guard(self, d: Decision, window: JobWindow | None) -> Decision:
-        if d.kind == DecisionKind.MOVE_OFF_HOST:
-            return self._guard_move(d, window)
-        if window is None:
+        """``d`` through the guard rails (``scheduler.guard``). Without a whole window only a
+        ``move_off_host`` is judged (a lost host's partial read), at the last read's time and
+        the last window's load band."""
+        if window is None and d.kind != DecisionKind.MOVE_OFF_HOST:
             return d
-        band = load_band(window.offered_rate, self.config.blacklist.band_ratio)
-        view = GuardView(now_s=window.end_s, current=dict(self._in_force or window.config), bounds=_bounds(self.model),
-                         bans=active_bans(self.store, d, band, window.end_s), band=band)
+        if window is not None:
+            now, rate, config = window.end_s, window.offered_rate, window.config
+        else:
+            now = float(self._last_as_of or 0.0)
+            rate = self.history[-1].offered_rate if self.history else 0.0
+            config = self.history[-1].config if self.history else {}
+        band = load_band(rate, self.config.blacklist.band_ratio)
+        view = GuardView(now_s=now, current=dict(self._in_force or config), bounds=_bounds(self.model),
+                         bans=active_bans(self.store, d, band, now), band=band)
         d, self.guard_state = guard(d, self.guard_state, self.config.guard, view)
         return d
-
-    def _guard_move(self, d: Decision, window: JobWindow | None) -> Decision:
-        """A ``move_off_host`` through stabilization, blackout and the blacklist (the module
-        docstring); when it is blacklisted its fallback (the deciders' decision) is guarded."""
-        rails = self.config.guard
-        now = window.end_s if window is not None else float(self._last_as_of or 0.0)
-        if now - self.guard_state.last_action_s < rails.stabilization_s:
-            note = f"stabilizing: {now - self.guard_state.last_action_s:.0f}s since the last action (< {rails.stabilization_s:g}s)"
-            return Decision(kind=DecisionKind.HOLD, path="guard", config=None, reasons=tuple(d.reasons) + (note,),
-                            reports=d.reports, blocked=(note,), advisor=rails.advisor)
-        if in_blackout(now, rails.blackout):
-            return Decision(kind=DecisionKind.HOLD, path="guard", config=None, reasons=tuple(d.reasons) + ("blackout window",),
-                            reports=d.reports, blocked=("blackout window",), advisor=rails.advisor)
-        band = load_band(self.history[-1].offered_rate if self.history else 0.0, self.config.blacklist.band_ratio)
-        ban = active_ban(self.store, ("move_off_host", d.host or "", d.diagnosis, band), now)
-        if ban is not None:
-            note = (f"blacklisted: move off {d.host} for {d.diagnosis} (until {ban.until_s:.0f}, strike "
-                    f"{ban.strikes}: {ban.reason})")
-            if d.fallbacks and window is not None:
-                rest = self.guard(replace(d.fallbacks[0], fallbacks=tuple(d.fallbacks[1:])), window)
-                return replace(rest, blocked=(note,) + tuple(rest.blocked), reports=d.reports or rest.reports)
-            return Decision(kind=DecisionKind.NONE, path=d.path, config=None, reasons=tuple(d.reasons) + (note,),
-                            reports=d.reports, blocked=(note,), advisor=rails.advisor)
-        return replace(d, advisor=rails.advisor, fallbacks=())
 
     # -- act + record
     def act(self, d: Decision, at_s: float | None) -> ActResult:

@@ -20,6 +20,9 @@ def scale(**config):
 RESTART = Decision(kind=DecisionKind.RESTART_INSTANCE, path="reactive", config=None, operators=("a",),
                    instance=1, diagnosis="slow_instance", reasons=("slow",))
 
+MOVE = Decision(kind=DecisionKind.MOVE_OFF_HOST, path="reactive", config=None, operators=("host-1",),
+                host="host-1", diagnosis="slow_host", reasons=("slow host",))
+
 CASES = [
     # (name, decision, state, rails, view kwargs, expected kind, expected config or None, note in blocked)
     ("passes", scale(a=6), GuardState(), GuardRails(), {}, "scale", {"a": 6}, None),
@@ -55,6 +58,11 @@ CASES = [
     ("blacklisted restart", RESTART, GuardState(), GuardRails(),
      {"bans": {("restart_instance", "a", "slow_instance", 0): "test"}}, "none", None, "blacklisted"),
     ("restart passes", RESTART, GuardState(), GuardRails(), {}, "restart_instance", None, None),
+    ("move off a host passes", MOVE, GuardState(), GuardRails(), {}, "move_off_host", None, None),
+    ("move off a host waits for stabilization", MOVE, GuardState(last_action_s=NOW - 30),
+     GuardRails(stabilization_s=60), {}, "hold", None, "stabilizing"),
+    ("blacklisted move off a host", MOVE, GuardState(), GuardRails(),
+     {"bans": {("move_off_host", "host-1", "slow_host", 0): "test"}}, "none", None, "blacklisted: move off host-1"),
 ]
 
 
