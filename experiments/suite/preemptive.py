@@ -155,6 +155,10 @@ class Params:
     model, 2026-12-05; ``python -m experiments.suite.preemptive_tune``): off 69.0 violation min
     (29.0 of them restarts) / 621.5 inst-h / 23 changes, on 38.4 (34.4) / 631.5 / 25; the Flink
     rules 52.6 (28.6) / 636.9 / 28. Off, a spent budget had held ELB under-provisioned for hours."""
+    miss_correction_s: float = 0.0
+    """``scheduler.deciders.PreemptiveConfig.miss_correction_s`` (a missed level planned for in one step)."""
+    miss_utilization_target: float = 1.0
+    """``scheduler.deciders.PreemptiveConfig.miss_utilization_target`` (a missed level sized at this target)."""
     price_running: bool = False
     """augury re-plans may scale the running configuration down at once when that pays
     (``scheduler.deciders.PreemptiveConfig.price_running``)."""
@@ -179,7 +183,8 @@ def settings(params: Params):
         restart_s=params.restart_s,
         violation_s_per_instance_hour=params.violation_s_per_instance_hour, shift_s=params.shift_s,
         solver=params.solver, reserved_reconfigurations=params.reserved_reconfigurations,
-        price_running=params.price_running)
+        price_running=params.price_running, miss_correction_s=params.miss_correction_s,
+        miss_utilization_target=params.miss_utilization_target)
 
 
 def replay_seed(seed: int, trace: str) -> int:
