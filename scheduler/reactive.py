@@ -840,6 +840,35 @@ def skew_report(model: JobModel, operator: str, instance: int, parallelism: int,
                            f"instances does not divide one key" + verdict)}
 
 
+def arrival_share(window: JobWindow, history: Sequence[JobWindow], operator: str, instance: int
+                  ) -> tuple[float, bool]:
+    """The share of ``operator``'s input that ``instance`` *receives* in ``window``, and whether
+    it is measured from arrivals. A saturated instance processes less than it receives, so its
+    processed share is only a lower bound; what it receives is what it processes plus the growth
+    of its input queue, measured against the previous settled window of the same configuration
+    in ``history`` (queue lengths are window means, so the growth is taken between the two
+    windows' midpoints). Under credit-based flow control the queue is full and flat and the
+    upstream throttles every key alike, so the processed share is already the received one.
+    Without a previous window or queue lengths: the processed share, and False."""
+    o = window.operators[operator]
+    processed = o.instances[instance].processed_rate / max(o.processed_rate, 1e-9)
+    prev = next((h for h in reversed(history) if h.start_s < window.start_s and dict(h.config) == dict(window.config)
+                 and operator in h.operators), None)
+    if prev is None:
+        return processed, False
+    p = prev.operators[operator]
+    dt = (window.start_s + window.window_s / 2) - (prev.start_s + prev.window_s / 2)
+    if dt <= 0 or len(p.instances) != len(o.instances) or any(
+            i.queue_len is None for i in o.instances + p.instances):
+        return processed, False
+    received = [max(i.processed_rate + (i.queue_len - j.queue_len) / dt, 0.0)
+                for i, j in zip(o.instances, p.instances)]
+    total = sum(received)
+    if total <= 0:
+        return processed, False
+    return received[instance] / total, True
+
+
 def _hot_key_capacity(share: float, parallelism: int, demand_rate: float | None, instance_rate: float | None,
                       utilization_target: float, expected_share: float | None = None,
                       lower_bound: bool = False) -> dict | None:
@@ -972,13 +1001,13 @@ def resolve(window: JobWindow, diagnoses: Sequence[Diagnosis], model: JobModel,
     for d in by_cause["data_skew"]:
         o = window.operators[d.operator]
         inst = d.instance if d.instance is not None else 0
-        share = o.instances[inst].processed_rate / max(o.processed_rate, 1e-9)
+        share, arrivals = arrival_share(window, history, d.operator, inst)
         # the operator's demand with the sources' throttling undone (its arrivals scale with them)
         demand = o.arrival_rate * window.offered_rate / window.input_rate if window.input_rate > 0 else None
         report = skew_report(model, d.operator, inst, o.parallelism, share, history=history, config=c,
                              demand_rate=demand, instance_rate=o.true_rate_per_instance,
                              utilization_target=targets.utilization_target,
-                             instance_busy=o.instances[inst].busy_fraction)
+                             instance_busy=None if arrivals else o.instances[inst].busy_fraction)
         out.append(Proposal(kind="report_skew", operators=(d.operator,), diagnosis="data_skew", config=None,
                             instance=inst, reasons=tuple(d.evidence) + (report["suggestion"],),
                             expected={}, detail=report))

@@ -106,6 +106,9 @@ class Params:
     hot_share: float = 0.5
     latency_slo_ms: float = 50.0
     utilization_target: float = 0.7
+    """The starting configuration's utilization target (the Flink autoscaler's default)."""
+    augury_utilization_target: float | None = 0.7
+    """augury's (``scheduler.targets.Targets``; None = its rule, a 0.9 ceiling under the latency SLO)."""
     hosts: int = 3
     """Hosts of the testbed (every fault's runs, so all see the same placement)."""
     slow_host: int = 0
@@ -181,7 +184,7 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
                                                 latency_slo_ms=params.latency_slo_ms)).config)
     if policy == "augury":
         c = LoopController(learned if learned is not None else truth,
-                           LoopConfig(targets=Targets(utilization_target=params.utilization_target,
+                           LoopConfig(targets=Targets(utilization_target=params.augury_utilization_target,
                                                       latency_slo_ms=params.latency_slo_ms)),
                            name="augury", keep_steps=True)
     else:

@@ -341,3 +341,39 @@ def test_windows_without_hosts_have_no_host_symptoms():
     windows = [_host_window(10.0 * k, _normal(hosts=(None, None))) for k in range(4)]
     det = HostDetectors()
     assert all(det.update(windows[:k + 1], _host_graph()) == () for k in range(4))
+
+
+# ---------------------------------------------------------------- the hot instance's received share
+
+def _queue_window(start_s, rates, queues):
+    """One keyed operator ``b`` with instances processing ``rates`` (tuples/s) at mean queue lengths
+    ``queues`` over a 10 s window."""
+    from scheduler.observe import InstanceWindow, JobWindow, OperatorWindow
+
+    iws = tuple(InstanceWindow(instance=k, processed_rate=r, busy_fraction=0.99 if k == 0 else 0.3,
+                               backpressure_fraction=0.0, idle_fraction=0.01 if k == 0 else 0.7,
+                               queue_len=q, service_time_ms=1.0)
+                for k, (r, q) in enumerate(zip(rates, queues)))
+    b = OperatorWindow(operator="b", parallelism=len(iws), is_source=False, processed_rate=sum(rates),
+                       arrival_rate=sum(rates), busy_mean=0.5, busy_max=0.99, backpressure_max=0.0,
+                       backpressure_mean=0.0, queue_len_total=sum(queues), source_lag=0.0, output_rates={},
+                       instances=iws)
+    return JobWindow(start_s=start_s, window_s=10.0, job="j", config={"b": len(iws)}, operators={"b": b})
+
+
+def test_a_saturated_instance_receives_what_it_processes_plus_its_queue_growth():
+    from scheduler.reactive import arrival_share
+
+    # instance 0 processes 1,000/s (saturated) while its queue grows by 5,000 in 10 s: it receives
+    # 1,500/s; the other two receive what they process (flat queues): 1,500 / (1,500 + 1,000) = 0.6
+    prev = _queue_window(0.0, [1000.0, 500.0, 500.0], [1000.0, 2.0, 2.0])
+    now = _queue_window(10.0, [1000.0, 500.0, 500.0], [6000.0, 2.0, 2.0])
+    share, measured = arrival_share(now, [prev], "b", 0)
+    assert measured and share == pytest.approx(0.6)
+    # the processed share (0.5) is all there is without an earlier window of the same configuration
+    assert arrival_share(now, [], "b", 0) == (pytest.approx(0.5), False)
+    other = _queue_window(0.0, [1000.0, 500.0], [1000.0, 2.0])
+    assert arrival_share(now, [other], "b", 0) == (pytest.approx(0.5), False)
+    # under credit-based flow control the queue is full and flat: the processed share is the received one
+    flat = _queue_window(0.0, [1000.0, 500.0, 500.0], [6000.0, 2.0, 2.0])
+    assert arrival_share(now, [flat], "b", 0) == (pytest.approx(0.5), True)
