@@ -66,6 +66,8 @@ class ReplayConfig:
     hosts: int | None = None
     """Hosts the testbed places instances on (``TestbedConfig.hosts``; needed by host faults);
     None: no hosts, rows without the host field."""
+    hosts_per_rack: int | None = None
+    """Hosts per rack (``TestbedConfig.hosts_per_rack``; needed by ``lost_rack``); None: one rack."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def drive(truth: JobModel, load, controller: Controller, cfg: ReplayConfig, init
     from modeler.restart import compress_restart
 
     tb_cfg = TestbedConfig(seed=cfg.seed, window_s=cfg.window_s, restart_s=cfg.restart_s / cfg.time_scale,
-                           restart_scope="job", hosts=cfg.hosts)
+                           restart_scope="job", hosts=cfg.hosts, hosts_per_rack=cfg.hosts_per_rack)
     # a stateful job's restart model (base + state / restore rate) runs compressed like the rest
     bed = Testbed(compress_restart(truth, cfg.time_scale), load, tb_cfg, parallelism=initial, faults=faults)
     controller.start(bed, cfg)

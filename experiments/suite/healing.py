@@ -26,6 +26,9 @@ placement rule: instance l on host l mod 3, so host 0 holds instance 0 of every 
   over after ``detection_s`` (50 s, Flink's heartbeat timeout); the correct diagnosis is
   *lost_host* naming it. augury moves off it at once (which fails over now); Dhalion waits for
   the engine.
+* ``lost_rack``: rack ``lost_rack`` (0: hosts 0 and 1 of the 3, ``hosts_per_rack`` 2) is lost at
+  once; every instance but those on host 2 stops; the correct diagnosis is *lost_host* naming a
+  host of the rack (the metrics carry hosts, not racks); the remedies as for a lost host.
 
 Every (job, fault, policy) runs with ``seeds`` seeds (``--quick``: WordCount, one seed); augury
 learns its model of each job once, from a warm-up recording.
@@ -58,7 +61,7 @@ NAME = "healing"
 DESCRIPTION = ("slow instance, hot key, slow host, slow link and lost host injected: time to detect, to diagnose "
                "correctly and to recover, augury's loop vs Dhalion")
 
-FAULTS = ("slow_instance", "hot_key", "slow_host", "slow_link", "lost_host")
+FAULTS = ("slow_instance", "hot_key", "slow_host", "slow_link", "lost_host", "lost_rack")
 SLOW_FAULTS = ("slow_instance", "slow_host")
 """Faults a scale-up must never answer (``slow_scale_ups``)."""
 POLICIES = ("augury", "dhalion")
@@ -120,6 +123,10 @@ class Params:
     ``link_host`` emit in both jobs, so they are back-pressured)."""
     lost_host: int = 1
     """The host that is lost (``lost_host``)."""
+    hosts_per_rack: int = 2
+    """Hosts per rack: rack r holds hosts ``r * hosts_per_rack`` onwards (``lost_rack``)."""
+    lost_rack: int = 0
+    """The rack that is lost (``lost_rack``)."""
     detection_s: float = 50.0
     """The engine's failover delay after the host's loss, s (Flink's heartbeat timeout)."""
 
@@ -150,7 +157,7 @@ class _DhalionWatch:
 
 
 def _faults(kind: str, params: Params, job: Job = JOBS["wordcount"]):
-    from experiments.testbed import HotKey, LostHost, SlowHost, SlowInstance, SlowLink
+    from experiments.testbed import HotKey, LostHost, LostRack, SlowHost, SlowInstance, SlowLink
 
     t0 = params.fault_at_s
     if kind == "slow_instance":
@@ -161,11 +168,18 @@ def _faults(kind: str, params: Params, job: Job = JOBS["wordcount"]):
         return [SlowLink(params.link_host, t0, bandwidth=params.link_bandwidth)]
     if kind == "lost_host":
         return [LostHost(params.lost_host, t0, detection_s=params.detection_s)]
+    if kind == "lost_rack":
+        return [LostRack(params.lost_rack, t0, detection_s=params.detection_s)]
     return [HotKey(*job.hot_edge, params.hot_share, t0)]
 
 
-HOST_OF = {"slow_host": lambda p: p.slow_host, "slow_link": lambda p: p.link_host, "lost_host": lambda p: p.lost_host}
-"""The host each host fault names (its correct diagnosis)."""
+HOST_OF = {"slow_host": lambda p: {p.slow_host}, "slow_link": lambda p: {p.link_host},
+           "lost_host": lambda p: {p.lost_host},
+           "lost_rack": lambda p: set(range(p.lost_rack * p.hosts_per_rack,
+                                            min((p.lost_rack + 1) * p.hosts_per_rack, p.hosts)))}
+"""The hosts each host fault may name (its correct diagnosis names one of them)."""
+CAUSE_OF = {"lost_rack": "lost_host"}
+"""A host fault whose diagnosis has another name (a lost rack is seen as lost hosts)."""
 
 
 def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: int, repo, learned=None,
@@ -190,7 +204,8 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
     else:
         c = _DhalionWatch(to_graph(truth))
     rcfg = ReplayConfig(window_s=params.window_s, time_scale=1.0, restart_s=params.restart_s,
-                        latency_slo_ms=params.latency_slo_ms, seed=seed, hosts=params.hosts)
+                        latency_slo_ms=params.latency_slo_ms, seed=seed, hosts=params.hosts,
+                        hosts_per_rack=params.hosts_per_rack)
     r = drive(truth, rate, c, rcfg, initial, duration_s, faults=_faults(kind, params, spec))
     t0 = params.fault_at_s
     tl = r.timeline
@@ -201,7 +216,8 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
     diagnosis_text, actions, verdict = "", [], ""
     slow_scale_ups = 0
     slow_op, hot_op = spec.slow_operator, spec.hot_edge[1]
-    host = f"host-{HOST_OF[kind](params)}" if kind in HOST_OF else None
+    hosts = {f"host-{h}" for h in HOST_OF[kind](params)} if kind in HOST_OF else set()
+    cause = CAUSE_OF.get(kind, kind)
     # the operators a scale-up must not answer: the slow instance's, or those with an instance on the slow host
     slow_ops = {slow_op} if kind == "slow_instance" else {
         i.split("[")[0] for i in (fault_event.get("detail") or {}).get("instances", [])} if kind == "slow_host" else set()
@@ -221,8 +237,8 @@ def run_case(kind: str, policy: str, params: Params, duration_s: float, seed: in
                         diagnose = now - t0
                         diagnosis_text = f"data_skew {hot_op}[{d.instance}]"
                 for d in ev.host_diagnoses:
-                    if host is not None and d.host == host and kind in d.causes:
-                        diagnose, diagnosis_text = now - t0, f"{kind} {host}"
+                    if d.host in hosts and cause in d.causes:
+                        diagnose, diagnosis_text = now - t0, f"{cause} {d.host}"
             if math.isnan(detect) and any(sym.active for sym in ev.host_symptoms):
                 detect = now - t0
             if (kind in SLOW_FAULTS and s.result.applied and s.decision.kind == "scale"

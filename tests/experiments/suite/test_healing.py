@@ -14,7 +14,7 @@ def test_quick_healing_through_the_harness(tmp_path, monkeypatch):
 
     run = run_experiment("healing", quick=True, seed=0, workdir=tmp_path / "work")
     runs = run.result.tables["runs"].set_index(["fault", "policy"])
-    assert len(runs) == 10  # five faults x two policies
+    assert len(runs) == 12  # six faults x two policies
     slow = runs.loc[("slow_instance", "augury")]
     # augury's loop names the slow instance and restarts it; detection precedes diagnosis.
     assert slow["diagnosis"] == "slow_instance split[0]"
@@ -27,9 +27,13 @@ def test_quick_healing_through_the_harness(tmp_path, monkeypatch):
         row = runs.loc[(fault, "augury")]
         assert row["diagnosis"] == f"{fault} {host}" and f"move_off_host {host} ({fault})" in row["actions"]
         assert 0 < row["detect_s"] <= row["diagnose_s"]
+    rack = runs.loc[("lost_rack", "augury")]  # rack 0: hosts 0 and 1, seen as lost hosts
+    assert rack["diagnosis"] in ("lost_host host-0", "lost_host host-1") and "move_off_host host-" in rack["actions"]
     assert runs.loc[("slow_host", "augury"), "slow_scale_ups"] == 0
+    # the hot key's received share (not its throttled processed share) says it fits one instance
+    assert hot["hot_key_verdict"] == "fits one instance"
     # Dhalion's re-implementation has no slow-instance/skew/host diagnoser: never a correct diagnosis.
-    for fault in ("slow_instance", "slow_host", "slow_link", "lost_host"):
+    for fault in ("slow_instance", "slow_host", "slow_link", "lost_host", "lost_rack"):
         assert math.isnan(runs.loc[(fault, "dhalion"), "diagnose_s"])
     for _, row in runs.iterrows():
         if row["slo_violated_after_fault"] and row["recovered"]:
