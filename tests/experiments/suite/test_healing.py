@@ -45,25 +45,36 @@ def test_summary_counts_runs_and_states_the_goals_as_measured():
 
     from experiments.suite.healing import summarize, summary_lines
 
-    def row(job, fault, policy, correct, recovered, recover_s, scale_ups=0, verdict=""):
+    def row(job, fault, policy, correct, recovered, recover_s, scale_ups=0, verdict="", fits=True):
+        hot = fault == "hot_key"
         return {"job": job, "fault": fault, "policy": policy, "diagnosis_correct": correct, "detect_s": 20.0,
                 "recovered": recovered, "recover_s": recover_s, "violation_minutes": 1.0,
-                "slow_scale_ups": scale_ups, "hot_key_verdict": verdict}
+                "slow_scale_ups": scale_ups, "hot_key_verdict": verdict,
+                "hot_key_fits": fits if hot else None, "hot_key_rate": (3000.0 if fits else 1600.0) if hot else math.nan,
+                "hot_key_capacity": (3500.0 if fits else 900.0) if hot else math.nan}
 
     rows = [row("j", "slow_instance", "augury", True, True, 40.0) for _ in range(4)]
     rows += [row("j", "slow_instance", "augury", False, True, 90.0, scale_ups=1)]
     rows += [row("j", "slow_instance", "dhalion", False, k < 2, 120.0 if k < 2 else math.nan, 1) for k in range(5)]
     rows += [row("j", "hot_key", "augury", True, False, math.nan, verdict="fits one instance") for _ in range(5)]
     rows += [row("j", "hot_key", "dhalion", False, False, math.nan) for _ in range(5)]
-    s = summarize(pd.DataFrame(rows)).set_index(["fault", "policy"])
+    rows += [row("k", "hot_key", "augury", True, False, math.nan, verdict="cannot fix by scaling", fits=False)
+             for _ in range(5)]
+    full = summarize(pd.DataFrame(rows))
+    s = full[full["job"] == "j"].set_index(["fault", "policy"])
     slow = s.loc[("slow_instance", "augury")]
     assert slow["runs"] == 5 and slow["diagnosis_correct"] == 0.8 and slow["slow_scale_ups"] == 1
     assert 0.3 < slow["diagnosis_correct_lo"] < 0.8 < slow["diagnosis_correct_hi"] <= 1.0
     assert slow["recover_s_median"] == 40.0 and s.loc[("slow_instance", "dhalion"), "recovered"] == 0.4
     assert s.loc[("hot_key", "augury"), "hot_key_verdicts"] == "fits one instance: 5"
-    text = "\n".join(summary_lines(s.reset_index()))
+    text = "\n".join(summary_lines(full))
     assert "goal, slow_instance: correct diagnosis in >= 90 % of runs per job: missed (lowest 80%)" in text
     assert "goal, hot_key: correct diagnosis in >= 90 % of runs per job: met" in text
     assert "zero scale-ups answering a slow instance/host: missed (1)" in text
+    # the hot key fits on j but the SLO is never met again; on k it does not fit and the report says so
+    assert ("goal, j hot_key (fits one instance: the key carries 3,000/s, one instance 3,500/s at the target): "
+            "the SLO met again and the verdict 'fits one instance' in every run: missed (recovered 0%, verdict "
+            "right in 100%)") in text
+    assert "goal, k hot_key (does not fit one instance" in text and "in every run: met (100%)" in text
     # Dhalion recovers in 40 % of its slow-instance runs (after 120 s): augury recovers in all, faster
     assert "goal, j slow_instance: recovery faster than Dhalion (which recovers in 40%, after 120 s): met" in text
