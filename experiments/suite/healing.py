@@ -68,7 +68,8 @@ POLICIES = ("augury", "dhalion")
 HEADLINE = ("augury.slow_instance.diagnosis_correct", "augury.slow_instance.recovered",
             "augury.slow_instance.recover_s", "augury.slow_instance.slow_scale_ups",
             "dhalion.slow_instance.recovered", "augury.hot_key.diagnosis_correct", "augury.hot_key.recovered",
-            "dhalion.hot_key.recovered")
+            "dhalion.hot_key.recovered", "augury.slow_host.diagnosis_correct", "augury.slow_host.slow_scale_ups",
+            "augury.slow_link.recovered", "augury.lost_host.recover_s", "dhalion.lost_host.recover_s")
 """The metrics quoted in the README (shares of runs over both jobs; medians of the times)."""
 
 
