@@ -90,8 +90,8 @@ class CalibrationConfig:
     min_windows: int = 3
     """Fewest usable windows per parameter; fewer is a CalibrationError."""
     light_busy_fraction: float = 0.05
-    """An operator never busier than this (fraction of the window) whose busy time read exactly
-    zero in some windows with traffic is *light*: its per-tuple work is below the engine's timer
+    """An operator whose median busy fraction is below this (fraction of the window) and whose
+    busy time read exactly zero in some windows with traffic is *light*: its per-tuple work is below the engine's timer
     resolution (Flink accumulates busy time in whole ms, so a sink that hands tuples on reads
     0 ms in most 4 s windows; the CI run of stop 34 failed on one). Its service time is then the
     pooled ratio of all its busy time to all its tuples over the windows with traffic (the
@@ -459,7 +459,10 @@ def _fit_light_service_time(rows: pd.DataFrame, cfg: CalibrationConfig) -> Param
     if cfg.light_busy_fraction <= 0 or traffic.sum() < cfg.min_windows:
         return None
     busy, rate, p = busy[traffic], rate[traffic], p[traffic]
-    if busy.max() >= cfg.light_busy_fraction or not (busy == 0).any() or busy.sum() <= 0:
+    # the median, not the maximum: one window of a burst (a window firing, a GC pause) over the
+    # threshold does not make the timer's zeros a measurement (CI, 2026-12-05: q5's second window
+    # aggregate read 0 ms in 3 of 4 windows and 5.1 % in the fourth)
+    if np.median(busy) >= cfg.light_busy_fraction or not (busy == 0).any() or busy.sum() <= 0:
         return None
     # busy fraction x instances x 1000 = busy instance-ms per second; over tuples per second
     # (equal windows) = ms per tuple, the same quantity as the windows' service_time_ms.
