@@ -272,6 +272,15 @@ def service_baseline(windows: Sequence[JobWindow], operator: str, config: Reacti
     return float(np.median(times)) if len(times) > config.enter_windows else None
 
 
+def _hysteresis_of(state: dict, key: tuple, thresholds: tuple[float, float], config: "ReactiveConfig") -> "Hysteresis":
+    """The hysteresis of ``key`` in ``state`` (a detector's readings), made on first use with
+    ``thresholds`` (enter, exit) and ``config``'s window counts."""
+    if key not in state:
+        enter, exit_ = thresholds
+        state[key] = Hysteresis(enter, exit_, config.enter_windows, config.exit_windows)
+    return state[key]
+
+
 @dataclass
 class Detectors:
     """Hysteresis state of every (symptom, operator); ``update`` reads the newest window."""
@@ -289,11 +298,7 @@ class Detectors:
             "queue_skew": (c.queue_skew_enter, c.queue_skew_exit),
             "load_skew": (c.load_skew_enter, c.load_skew_exit),
         }
-        key = (kind, op)
-        if key not in self._state:
-            enter, exit_ = thresholds[kind]
-            self._state[key] = Hysteresis(enter, exit_, c.enter_windows, c.exit_windows)
-        return self._state[key]
+        return _hysteresis_of(self._state, (kind, op), thresholds[kind], c)
 
     def reset(self) -> None:
         """Forget every reading (after a reconfiguration: old symptoms describe another job)."""
@@ -424,11 +429,7 @@ class HostDetectors:
         thresholds = {"host_slowness": (c.rate_skew_enter, c.rate_skew_exit),
                       "link_blocked": (c.link_blocked_enter, c.link_blocked_exit),
                       "lost": (c.lost_enter, c.lost_exit)}
-        key = (kind, host)
-        if key not in self._state:
-            enter, exit_ = thresholds[kind]
-            self._state[key] = Hysteresis(enter, exit_, c.enter_windows, c.exit_windows)
-        return self._state[key]
+        return _hysteresis_of(self._state, (kind, host), thresholds[kind], c)
 
     def reset(self) -> None:
         """Forget every reading (after an action: the hosts hold other instances now)."""
