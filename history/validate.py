@@ -119,6 +119,13 @@ def _numbers(values: pd.Series) -> pd.Series:
                          errors="coerce").astype(float)
 
 
+def _optional_text(v) -> str | None:
+    """An optional text field (``target``, ``host``): stripped, None when absent, NaN or blank."""
+    if v is None or (isinstance(v, float) and math.isnan(v)) or not str(v).strip():
+        return None
+    return str(v).strip()
+
+
 def validate(cands: pd.DataFrame) -> Validated:
     """Split candidate rows (``CANDIDATE_COLUMNS``) into accepted and quarantined rows."""
     df = cands.reset_index(drop=True)
@@ -174,14 +181,12 @@ def validate(cands: pd.DataFrame) -> Validated:
          "value is not a finite number: " + df["value"].map(_text).astype(str))
     flag(value < 0, Reason.NEGATIVE_VALUE, "value is negative: " + value.astype(str))
 
-    target = df["target"].map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v))
-                              or not str(v).strip() else str(v).strip())
+    target = df["target"].map(_optional_text)
     flag(target.notna() & (metric != "records_out"), Reason.UNEXPECTED_TARGET,
          "only records_out may name a target: " + target.astype(str))
 
     # host: optional (None when absent or empty); not part of the row key
-    host = df["host"].map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v))
-                          or not str(v).strip() else str(v).strip())
+    host = df["host"].map(_optional_text)
 
     ok = reason.isna()
     typed = pd.DataFrame({

@@ -26,9 +26,10 @@ together a ``Step``). ``ControlLoop`` only orders the stages; what they do lives
   short is judged on the windows after the move.
 * **guard** (``scheduler.guard.guard``, a pure function): bounds, step caps, stabilization,
   scale-down delay, blackout windows, the daily reconfiguration budget, the blacklist, advisor
-  mode. A ``move_off_host`` is bounded here (``scheduler.guard`` knows only scale and restart
-  decisions): stabilization, blackout and the blacklist of (move_off_host, host, diagnosis,
-  band) apply; like an instance restart it is not a reconfiguration for the daily budget.
+  mode. A ``move_off_host`` goes through them like an instance restart: stabilization, blackout
+  and the blacklist of (move_off_host, host, diagnosis, band); it is not a reconfiguration for
+  the daily budget. On a lost host's partial read (no whole window) it is judged at the read's
+  time.
 * **act** applies the decision (unless advisor mode) through the ``Actuator``; **record** logs
   it with its reasons and expected outcome in the ``StateStore``. Actuator errors are logged;
   the loop never stops on them. The loop's own memory (trust, guard state, the last read, the
@@ -409,7 +410,7 @@ class ControlLoop:
     def decide(self, ev: Evaluation) -> Decision:
         host = self.host_decision(ev)
         if ev.window is None and host is not None:
-            return replace(host, advisor=self.config.guard.advisor)
+            return host  # the guard marks it advisory in advisor mode, as every decision
         if ev.window is None:
             why = f"no new settled metrics ({ev.error})" if ev.error else "no new settled metrics"
             return Decision(kind=DecisionKind.NONE, path="-", config=None, reasons=(why,),

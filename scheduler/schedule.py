@@ -597,7 +597,7 @@ def _priced_timeline(compiled: CompiledModel, idx: pd.DatetimeIndex, t_s: np.nda
     arange = np.arange(M)
     limit = config.max_reconfigurations_per_day - config.reserved_reconfigurations
 
-    def solve(lam: float) -> tuple[np.ndarray, float]:
+    def solve(lam: float) -> np.ndarray:
         back = np.empty((n_steps, M), dtype=int)
         if cur is None:
             cost = np.where(allowed[0], hold, np.inf)
@@ -627,7 +627,7 @@ def _priced_timeline(compiled: CompiledModel, idx: pd.DatetimeIndex, t_s: np.nda
         path[-1] = int(np.argmin(cost))
         for i in range(n_steps - 1, 0, -1):
             path[i - 1] = back[i, path[i]]
-        return path, float(cost[path[-1]])
+        return path
 
     def changes_of(path: np.ndarray) -> list[int]:
         """Steps at which a change is in force (with no running configuration, the first step's
@@ -653,17 +653,17 @@ def _priced_timeline(compiled: CompiledModel, idx: pd.DatetimeIndex, t_s: np.nda
         return True
 
     lam = 0.0
-    path, _ = solve(lam)
+    path = solve(lam)
     if not within_budget(path):
         lo, hi = 0.0, max(config.restart_s, 1.0) * 2
         while True:
-            path, _ = solve(hi)
+            path = solve(hi)
             if within_budget(path) or hi > 1e9:
                 break
             lo, hi = hi, hi * 2
         for _ in range(10):
             mid = 0.5 * (lo + hi)
-            p_mid, _ = solve(mid)
+            p_mid = solve(mid)
             if within_budget(p_mid):
                 hi, path = mid, p_mid
             else:

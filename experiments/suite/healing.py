@@ -365,6 +365,20 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                             summary="\n".join(lines))
 
 
+def _hot_key_truth_of(part: pd.DataFrame, fault: str, policy: str) -> dict:
+    """A (job, hot_key, policy) group's ground truth (``_hot_key_truth``, the same in every run)
+    and, for augury, the share of its runs whose verdict matches it; NaN/None elsewhere."""
+    if fault != "hot_key" or "hot_key_fits" not in part:
+        return {"hot_key_fits": None, "hot_key_rate": math.nan, "hot_key_capacity": math.nan,
+                "hot_key_verdict_correct": math.nan}
+    fits = part["hot_key_fits"].iloc[0]
+    right = "fits one instance" if fits else "cannot fix by scaling"
+    return {"hot_key_fits": fits, "hot_key_rate": float(part["hot_key_rate"].iloc[0]),
+            "hot_key_capacity": float(part["hot_key_capacity"].iloc[0]),
+            "hot_key_verdict_correct": float((part["hot_key_verdict"] == right).mean())
+            if policy == "augury" else math.nan}
+
+
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (job, fault, policy): runs, correct diagnoses, recoveries (share and median
     time), scale-ups of a slow instance's operator, violation minutes, the hot-key verdicts."""
@@ -386,16 +400,7 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
                     "hot_key_verdicts": ", ".join(f"{v}: {n}" for v, n in
                                                   part["hot_key_verdict"].replace("", "none").value_counts().items())
                     if fault == "hot_key" and policy == "augury" else "",
-                    "hot_key_fits": part["hot_key_fits"].iloc[0] if fault == "hot_key" and "hot_key_fits" in part
-                    else None,
-                    "hot_key_rate": float(part["hot_key_rate"].iloc[0]) if fault == "hot_key" and "hot_key_rate" in part
-                    else math.nan,
-                    "hot_key_capacity": float(part["hot_key_capacity"].iloc[0])
-                    if fault == "hot_key" and "hot_key_capacity" in part else math.nan,
-                    "hot_key_verdict_correct": float(
-                        (part["hot_key_verdict"] == ("fits one instance" if part["hot_key_fits"].iloc[0]
-                                                     else "cannot fix by scaling")).mean())
-                    if fault == "hot_key" and policy == "augury" and "hot_key_fits" in part else math.nan})
+                    **_hot_key_truth_of(part, fault, policy)})
     return pd.DataFrame(out)
 
 
@@ -427,7 +432,7 @@ def summary_lines(summary: pd.DataFrame) -> list[str]:
         n = int(slow["slow_scale_ups"].sum())
         lines.append(f"- goal: zero scale-ups answering a slow instance/host: {'met' if n == 0 else 'missed'} ({n}).")
     for _, r in aug[aug["fault"] == "hot_key"].iterrows():
-        if r.get("hot_key_fits") is None or (isinstance(r.get("hot_key_fits"), float) and math.isnan(r["hot_key_fits"])):
+        if pd.isna(r.get("hot_key_fits")):
             continue
         truth = (f"the key carries {r['hot_key_rate']:,.0f}/s, one instance {r['hot_key_capacity']:,.0f}/s at the target"
                  if math.isfinite(r["hot_key_rate"]) else "")
