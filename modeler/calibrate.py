@@ -449,9 +449,9 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
 def _fit_light_service_time(rows: pd.DataFrame, cfg: CalibrationConfig) -> ParameterFit | None:
     """The pooled service time of a light operator (``CalibrationConfig.light_busy_fraction``), or
     None when the operator is not light: sum of busy instance-ms / sum of tuples over the windows
-    with traffic. Needs ``min_windows`` such windows, some busy time in them, and some window
-    whose busy time read zero (the timer's resolution, not a lack of load, is why too few
-    windows qualified)."""
+    with traffic. Needs ``min_windows`` such windows and some window whose busy time read zero
+    (the timer's resolution, not a lack of load, is why too few windows qualified); when every
+    reading is zero, each instance-window counts half a millisecond."""
     busy = rows["busy_fraction_mean"].to_numpy(float)
     rate = rows["processed_rate"].to_numpy(float)
     p = rows["parallelism"].to_numpy(float)
@@ -462,7 +462,7 @@ def _fit_light_service_time(rows: pd.DataFrame, cfg: CalibrationConfig) -> Param
     # the median, not the maximum: one window of a burst (a window firing, a GC pause) over the
     # threshold does not make the timer's zeros a measurement (CI, 2026-12-05: q5's second window
     # aggregate read 0 ms in 3 of 4 windows and 5.1 % in the fourth)
-    if np.median(busy) >= cfg.light_busy_fraction or not (busy == 0).any() or busy.sum() <= 0:
+    if np.median(busy) >= cfg.light_busy_fraction or not (busy == 0).any():
         return None
     # busy fraction x instances x 1000 = busy instance-ms per second; over tuples per second
     # (equal windows) = ms per tuple, the same quantity as the windows' service_time_ms.
@@ -470,6 +470,11 @@ def _fit_light_service_time(rows: pd.DataFrame, cfg: CalibrationConfig) -> Param
     length = rows["window_s"].to_numpy(float)[traffic] if "window_s" in rows.columns else np.ones(len(busy))
     length = np.where(np.isfinite(length) & (length > 0), length, 1.0)
     busy_ms = busy * p * 1000.0
+    if busy_ms.sum() <= 0:
+        # every reading zero: under 1 ms per instance and window (whole ms), so half of it, the
+        # middle of what the timer cannot tell apart (CI, 2026-12-05: q5's second window
+        # aggregate read 0 ms in all 6 windows)
+        busy_ms = 0.5 * p / length
     return ParameterFit(value=float((busy_ms * length).sum() / (rate * length).sum()), samples=int(traffic.sum()),
                         spread=_spread(busy_ms / rate), holdout_error=float("nan"), source="light")
 

@@ -382,6 +382,11 @@ def test_an_operator_below_the_timers_resolution_gets_its_pooled_service_time():
     fit = Calibrator(CalibrationConfig(min_busy_fraction=0.0)).fit(*_chain_history(burst)).operators_["a"]
     assert fit.service_time_ms.source == "light"
     assert fit.service_time_ms.value == pytest.approx(510.0 / 60_000.0)
+    # Every reading zero: each 10 s instance-window counts half a millisecond (the timer's middle).
+    zero = [dict(r, busy_fraction_mean=0.0, service_time_ms=0.0) for r in rows]
+    fit = Calibrator(CalibrationConfig(min_busy_fraction=0.0)).fit(*_chain_history(zero)).operators_["a"]
+    assert fit.service_time_ms.source == "light"
+    assert fit.service_time_ms.value == pytest.approx(6 * 0.5 / 60_000.0)
     # Busy time in every window, below min_busy_fraction: not light, just never loaded.
     loaded = [dict(r, busy_fraction_mean=0.02, service_time_ms=0.02) for r in rows]
     with pytest.raises(CalibrationError, match="'a'.*never loaded"):
