@@ -711,6 +711,79 @@ class OraclePolicy:
         return new if new != dict(config) else None
 
 
+@dataclass
+class HindsightSchedulePolicy:
+    """Knows the whole replayed load in advance and follows the cheapest schedule for it: a
+    reference for what any schedule could reach, not a peer.
+
+    At its first decision it builds ``scheduler.schedule.schedule`` with the priced solver (a
+    dynamic program over a ``step_s`` grid) on the true model, the forecast being the actual load
+    (each step's value the peak of the load over that step and its neighbours, sampled every
+    ``sample_s``, so the level holds whatever the windows' phase). The cost it minimises is
+    instance-hours x ``violation_s_per_instance_hour`` plus each change's restart violation,
+    ``restart_s x mu / (mu - lambda)`` at the load when it is issued (the replay's own charge);
+    every configuration in force meets ``utilization_target`` and the latency SLO at the load
+    (no load violations are planned). Changes are issued ``lead_time_s`` before they are
+    needed and applied at the first decision at or after their issue time.
+
+    Sweeping ``violation_s_per_instance_hour`` traces the frontier of violation minutes
+    against instance-hours that perfect foresight reaches under the replay's restart charge:
+    where it lies tells whether a goal on both axes is reachable at all. With at most
+    ``max_reconfigurations_per_day`` changes in any 24 h (default: no limit in practice).
+    ``rate_at(t_s)``: the load at policy second ``t_s``; ``duration_s``: policy seconds replayed.
+    """
+
+    model: object
+    rate_at: object
+    duration_s: float
+    violation_s_per_instance_hour: float = 60.0
+    restart_s: float = 30.0
+    step_s: float = 300.0
+    sample_s: float = 60.0
+    lead_time_s: float = 300.0
+    utilization_target: float = 0.9
+    latency_slo_ms: float | None = None
+    max_reconfigurations_per_day: int = 288
+    name: str = "hindsight"
+    changes_: list = field(default_factory=list)
+    """``(issue policy second, configuration)`` of every planned change, in order, once built."""
+    _built: bool = False
+
+    def _build(self, now_s: float, config: Mapping[str, int]) -> None:
+        from scheduler.plan import PlanConfig
+        from scheduler.schedule import ScheduleConfig, schedule
+
+        epoch = pd.Timestamp("2000-01-01")
+        per_step = max(1, int(math.ceil(self.step_s / self.sample_s)))
+        n = max(1, int(math.ceil((self.duration_s - now_s) / self.step_s)))
+        # the peak over [t - step, t + step] of each grid point t: a step's level covers the load
+        # whichever window of it the replay decides in
+        samples = [float(self.rate_at(now_s + k * self.sample_s)) for k in range((n + 2) * per_step + 1)]
+        values = [max(samples[max(0, (k - 1) * per_step): (k + 1) * per_step + 1]) for k in range(1, n + 1)]
+        index = epoch + pd.to_timedelta(now_s + np.arange(1, n + 1) * self.step_s, unit="s")
+        cfg = ScheduleConfig(lead_time_s=self.lead_time_s, stabilization_s=0.0, lookahead_s=0.0,
+                             max_reconfigurations_per_day=self.max_reconfigurations_per_day,
+                             plan=PlanConfig(utilization_target=self.utilization_target,
+                                             latency_slo_ms=self.latency_slo_ms),
+                             restart_s=self.restart_s,
+                             violation_s_per_instance_hour=self.violation_s_per_instance_hour, solver="priced")
+        sched = schedule(self.model, pd.Series(values, index=index), samples[0], cfg,
+                         now=epoch + pd.Timedelta(seconds=now_s), current_config=dict(config))
+        self.changes_ = [((r.issue_at - epoch).total_seconds(), dict(r.config))
+                         for r in sched.reconfigurations if r.direction != "keep"]
+        self._built = True
+
+    def decide(self, now_s: float, stats: Mapping[str, OperatorStats], config: Mapping[str, int]
+               ) -> dict[str, int] | None:
+        if not self._built:
+            self._build(now_s, config)
+        due = [c for t, c in self.changes_ if t <= now_s + 1e-9]
+        if not due:
+            return None
+        new = {**dict(config), **{k: v for k, v in due[-1].items() if k in config}}
+        return new if new != dict(config) else None
+
+
 PEERS: tuple[dict, ...] = (
     {"name": "ds2", "source": "Kalavri et al., OSDI 2018; strymon-system/ds2 (policy scaling.rs, manager.rs)",
      "reproduced": "true processing rate = processed / useful (busy) time, mean over instances; targets "

@@ -47,7 +47,10 @@ STATEMENTS: dict[str, dict[str, str]] = {
                         "restart is charged restart + backlog drain in real time, the same for every policy and "
                         "finite (a configuration below the load violates for as long as it is in force). The "
                         "hindsight bound: every window at the fewest instances meeting the SLO and 0.7 for the load "
-                        "it saw, by exhaustive search on the true model.",
+                        "it saw, by exhaustive search on the true model. The hindsight/<s> rows: the cheapest "
+                        "schedule for the actual load (priced dynamic program on the true model, augury's targets, "
+                        "<s> s of violation per instance-hour, the replay's own restart charge), replayed like "
+                        "every policy: what perfect foresight reaches on both axes.",
         "given": "augury learns its model per job and seed from a warm-up recording and forecasts from the trace's "
                  "history before the replay plus what it measures; its settings (forecast quantile, band) were "
                  "chosen on held-out days (`TUNING_DAYS`), not on the replayed ones. The peers see the same "
@@ -56,7 +59,9 @@ STATEMENTS: dict[str, dict[str, str]] = {
                   "bootstrap 95 % CIs over those days (`by_trace`); issue 20's goals per job and trace (`goals`).",
         "could bias it": "one job shape (WordCount, skewed and uniform keys); restarts cost a fixed 30 s (no state); "
                          "time compression at 960x; only three days per trace, so day-to-day variation dominates "
-                         "the intervals.",
+                         "the intervals. The hindsight schedules plan no load violation and pick among the planner's "
+                         "configurations at three prices, so their frontier is an upper bound on the best reachable "
+                         "(a schedule that ran under-provisioned, or a price between, could do a little better).",
     },
     "preemptive-stateful": {
         "ground truth": "the testbed replaying the real traces on WordCount with keyed state: every change restores "

@@ -472,3 +472,56 @@ def test_dhalion_in_a_replay_waits_3_minutes_in_policy_time(time_scale):
     assert applied
     assert all(b - a >= 180.0 - 1e-6 for a, b in zip(applied, applied[1:]))
     assert math.isfinite(applied[0])
+
+
+# ------------------------------------------------------------------------------ hindsight reference
+
+
+def _pipeline_model():
+    return parse_model({"augury": 1, "job": "pipe", "operators": [
+        {"name": "src", "role": "source", "parallelism": 1},
+        {"name": "a", "parallelism": 1, "service_time_ms": 1.0, "max_parallelism": 16}],
+        "edges": [{"from": "src", "to": "a"}]})
+
+
+def _step_load(low: float, high: float, up_s: float, down_s: float):
+    return lambda t: high if up_s <= t < down_s else low
+
+
+@pytest.mark.parametrize("price, changes", [(1000.0, 2), (0.001, 1)])
+def test_hindsight_follows_the_cheapest_schedule_for_the_actual_load(price, changes):
+    """A day at 300/s with 2,000/s from 8 h to 16 h, on a 1 ms operator: the peak needs 3
+    instances at 0.9. Priced high, instances are dear: up before 8 h, down after 16 h (two
+    changes). Priced at almost nothing, the restart dominates: up once and stay."""
+    from experiments.baselines import HindsightSchedulePolicy
+
+    load = _step_load(300.0, 2000.0, 8 * 3600.0, 16 * 3600.0)
+    policy = HindsightSchedulePolicy(_pipeline_model(), load, 86400.0, violation_s_per_instance_hour=price)
+    config = {"src": 1, "a": 1}
+    applied = []
+    for now in range(240, 86400, 240):  # a decision every 4-minute window
+        new = policy.decide(float(now), {}, config)
+        if new is not None:
+            applied.append((now, new["a"]))
+            config = new
+    assert len(applied) == changes == len(policy.changes_)
+    up_at, up_to = applied[0]
+    # in place before the step: issued at most one grid step plus the lead time ahead of it
+    assert 8 * 3600 - 300 - 300 - 240 <= up_at <= 8 * 3600 and up_to == 3
+    if changes == 2:
+        assert applied[1][0] >= 16 * 3600 and applied[1][1] == 1
+
+
+def test_hindsight_never_plans_below_the_load():
+    """Every configuration it holds meets the target at the load it sees (no load violation is
+    planned): checked at every decision against the model's max rate at 0.9."""
+    from experiments.baselines import HindsightSchedulePolicy
+    from modeler.queueing import predict
+
+    model = _pipeline_model()
+    load = lambda t: 400.0 + 1200.0 * max(0.0, math.sin(math.pi * t / 43200.0))  # noqa: E731
+    policy = HindsightSchedulePolicy(model, load, 86400.0, violation_s_per_instance_hour=60.0)
+    config = {"src": 1, "a": 1}
+    for now in range(240, 86400, 240):
+        config = policy.decide(float(now), {}, config) or config
+        assert load(float(now)) <= 0.9 * predict(model, config, 0.0).max_rate + 1e-6

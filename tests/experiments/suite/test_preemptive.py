@@ -77,3 +77,32 @@ def test_changes_of_a_timeline_names_each_change_and_its_charge():
     assert up["rho_at_change"] == pytest.approx(900.0 / 2000.0) and up["new_max_rate"] == 2000.0
     assert (down["direction"], down["instances_after"], down["charged_s"]) == ("down", 3, 30.0)
     assert down["rho_at_change"] == pytest.approx(300.0 / 1500.0)
+
+
+def test_goals_read_perfect_foresights_frontier_within_the_flink_rules_hours():
+    """The fewest violation minutes a hindsight schedule reaches within the Flink rules'
+    instance-hours, and whether that is 90 % below them; hindsight rows are never peers."""
+    import pandas as pd
+
+    from experiments.suite.preemptive import goals
+
+    def rows(trace, **policies):
+        return [{"dag": "wordcount", "trace": trace, "policy": p, "violation_minutes_per_day": v,
+                 "instance_hours_per_day": h, "instance_hours_over_hindsight": 1.0, "reconfigurations_per_day": 2.0}
+                for p, (v, h) in policies.items()]
+    table = pd.DataFrame(
+        rows("a", augury=(5.0, 100.0), **{"flink-autoscaler": (10.0, 90.0), "hindsight/5": (0.5, 95.0),
+                                          "hindsight/20": (3.0, 85.0), "hindsight/60": (6.0, 80.0)})
+        + rows("b", augury=(5.0, 100.0), **{"flink-autoscaler": (10.0, 120.0), "hindsight/5": (0.8, 110.0),
+                                            "hindsight/20": (3.0, 100.0)})
+        + rows("c", augury=(5.0, 100.0), **{"flink-autoscaler": (10.0, 50.0), "hindsight/60": (1.0, 60.0)}))
+    g = goals(table).set_index("trace")
+    # a: hindsight/5 is over Flink's hours, hindsight/20 the best within: 70 % below, not 90 %
+    assert g.loc["a", "hindsight_best_within_flink_hours"] == "hindsight/20"
+    assert g.loc["a", "hindsight_reduction_vs_flink"] == pytest.approx(0.7)
+    assert not g.loc["a", "both_goals_reachable_in_hindsight"]
+    assert g.loc["a", "dominated_by"] == ""  # hindsight/20 has both fewer, but it is no peer
+    assert g.loc["b", "hindsight_best_within_flink_hours"] == "hindsight/5"
+    assert g.loc["b", "both_goals_reachable_in_hindsight"]
+    assert g.loc["c", "hindsight_best_within_flink_hours"] == ""
+    assert not g.loc["c", "both_goals_reachable_in_hindsight"]
