@@ -309,18 +309,20 @@ class LoopController:
         return self.actuator.wanted
 
 
-def preemptive_decider(settings, history: pd.Series | None, day0: pd.Timestamp, floor_config=None):
+def preemptive_decider(settings, history: pd.Series | None, day0: pd.Timestamp, floor_config=None,
+                       forecaster=None):
     """``(bed, cfg) -> PreemptiveDecider`` for a replay starting at trace time ``day0``: the
     decider's clock maps the testbed's simulated seconds to trace time (``time_scale``), its
     history is ``history`` (the rate history before the replay) then what the loop measured; its
-    floor is the model decider with ``floor_config`` (``ModelDeciderConfig``, default its defaults)."""
+    floor is the model decider with ``floor_config`` (``ModelDeciderConfig``, default its defaults);
+    ``forecaster``: the decider's (``PreemptiveDecider``; default the product's)."""
     from scheduler.deciders import ModelDecider, PreemptiveDecider, scaled_clock
 
     def make(bed, cfg: ReplayConfig):
         clock = scaled_clock(bed.epoch0_s, pd.Timestamp(day0), cfg.time_scale)
         return PreemptiveDecider(settings, (lambda: history) if history is not None else None,
                                  floor=ModelDecider(floor_config) if floor_config is not None else ModelDecider(),
-                                 clock=clock)
+                                 clock=clock, forecaster=forecaster)
     return make
 
 

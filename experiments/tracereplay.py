@@ -182,6 +182,55 @@ def prepare(truth: JobModel, path: str | Path, cfg: TraceReplayConfig, *, window
                          duration_s=duration, initial=dict(first), replay=replay, speedup=cfg.speedup)
 
 
+@dataclass(frozen=True)
+class KnownForecast:
+    """A forecast whose every quantile is the same known path (``PerfectForecaster``)."""
+
+    timestamps: pd.DatetimeIndex
+    quantiles: dict
+
+
+@dataclass(frozen=True)
+class _KnownResult:
+    prepared: PreparedTrace
+    last: pd.Timestamp
+    step: pd.Timedelta
+    sample_s: float
+    method: str = "perfect"
+
+    def update(self, history: pd.Series) -> "_KnownResult":
+        return _KnownResult(self.prepared, history.index[-1], self.step, self.sample_s)
+
+    def forecast(self, steps: int, quantiles=(0.5,)) -> KnownForecast:
+        stamps = pd.DatetimeIndex([self.last + self.step * (k + 1) for k in range(int(steps))])
+        n = max(1, int(round(self.step.total_seconds() / self.sample_s)))
+        day0 = pd.Timestamp(self.prepared.day0)
+        # each grid step's mean rate (the history the forecaster sees is binned the same way);
+        # before the replay the load is the history's, after its end the last rate holds
+        path = np.array([np.mean([self.prepared.rate_at(max(0.0, (t - day0).total_seconds() + j * self.sample_s))
+                                  for j in range(n)]) for t in stamps], dtype=float)
+        return KnownForecast(stamps, {float(q): path for q in quantiles})
+
+
+@dataclass(frozen=True)
+class PerfectForecaster:
+    """A forecaster that knows the replayed load (a double behind ``PreemptiveDecider``'s
+    ``forecaster``): every quantile of step k is the actual mean rate over step k. Replaying
+    augury with it separates what its forecasts cost from what its schedule rules cost.
+    ``sample_s``: the load is averaged over each step from samples this far apart (s)."""
+
+    prepared: PreparedTrace
+    sample_s: float = 60.0
+    method: str = "perfect"
+
+    def fit(self, history: pd.Series) -> _KnownResult:
+        step = history.index[1] - history.index[0] if len(history) > 1 else pd.Timedelta(minutes=15)
+        return _KnownResult(self.prepared, history.index[-1], step, self.sample_s)
+
+    def __call__(self, method: str) -> "PerfectForecaster":
+        return self
+
+
 def replay_augury(model: JobModel, truth: JobModel, prepared: PreparedTrace, loop_config,
                   decider: Callable | None = None, *, store=None, on_step: Callable | None = None,
                   name: str = "augury"):

@@ -425,16 +425,22 @@ class PreemptiveDecider:
     ``read_history()``: the rate history before the loop started (tuples/s, DatetimeIndex in
     forecast time; e.g. ``scheduler.forecasting.store_history``), None for none: the loop's
     own measurements are appended (only the last ``history_days`` of them are kept). ``clock``:
-    source seconds -> forecast time. Inspection: ``schedules_`` (every schedule built),
-    ``forecast_methods_``, ``reactive_replans_``.
+    source seconds -> forecast time. ``forecaster``: ``method -> estimator`` whose ``fit(history)``
+    returns a result with ``update(history)``, ``method`` and ``forecast(steps, quantiles)``
+    (``timestamps``, ``quantiles[q]``), as ``modeler.forecast.Forecaster`` (the default); an
+    experiment passes one that knows the load, to separate the forecast's errors from the
+    schedule's. Inspection: ``schedules_`` (every schedule built), ``forecast_methods_``,
+    ``reactive_replans_``.
     """
 
     path = "preemptive"
 
     def __init__(self, config: PreemptiveConfig = PreemptiveConfig(),
                  read_history: Callable[[], pd.Series] | None = None, floor: ModelDecider | None = None,
-                 clock: Callable[[float], pd.Timestamp] = epoch_clock) -> None:
+                 clock: Callable[[float], pd.Timestamp] = epoch_clock,
+                 forecaster: Callable[[str], object] | None = None) -> None:
         self.config = config
+        self.forecaster = forecaster
         self.read_history = read_history
         self.floor = floor or ModelDecider()
         self.clock = clock
@@ -583,7 +589,8 @@ class PreemptiveDecider:
         if len(history) < 3:
             raise ValueError(f"{len(history)} steps of rate history: too few to forecast")
         if self._fitted is None or self._fitted_at is None or (now - self._fitted_at).total_seconds() >= p.refit_s:
-            self._fitted, self._fitted_at = Forecaster(method=p.method).fit(history), now
+            make = self.forecaster or (lambda method: Forecaster(method=method))
+            self._fitted, self._fitted_at = make(p.method).fit(history), now
         else:
             self._fitted = self._fitted.update(history)
         steps = int(math.ceil(p.horizon_s / self.grid().total_seconds())) + 1

@@ -275,7 +275,8 @@ def prepare(trace: str, params: Params, days: float, seed: int, truth, traces_di
                          latency_slo_ms=params.latency_slo_ms)
 
 
-def run_augury(model, truth, prepared, params: Params, store=None, on_step=None, name: str = "augury"):
+def run_augury(model, truth, prepared, params: Params, store=None, on_step=None, name: str = "augury",
+               forecaster=None):
     """augury's row: the product loop with the pre-emptive decider on ``model`` (learned from
     measurements), exactly what ``augury run`` runs for a trace replay
     (``experiments.tracereplay.replay_augury``). Returns ``(ReplayResult, LoopController)``."""
@@ -284,7 +285,8 @@ def run_augury(model, truth, prepared, params: Params, store=None, on_step=None,
 
     loop = loop_config(params)
     return replay_augury(model, truth, prepared, loop,
-                         preemptive_decider(settings(params), prepared.history, prepared.day0, loop.model),
+                         preemptive_decider(settings(params), prepared.history, prepared.day0, loop.model,
+                                            forecaster=forecaster),
                          store=store, on_step=on_step, name=name)
 
 

@@ -8,7 +8,11 @@ per trace and in total: violation minutes (of which restarts), instance-hours, c
 cost at the schedule's exchange rate (violation seconds + instance-hours x
 ``violation_s_per_instance_hour``), in minutes. ``--set`` overrides a ``Params`` field of the
 ``preemptive`` experiment (e.g. ``--set solver=priced --set max_reconfigurations_per_day=4``);
-``--flink`` adds the Flink rules' row. Settings are chosen here and then measured once on the
+``--flink`` adds the Flink rules' row; ``--hindsight 5,20,60`` adds perfect foresight's
+frontier (``hindsight/<s>`` rows: the cheapest schedule for the actual load at each price);
+``--perfect-forecast`` adds ``augury/perfect``: augury with a forecaster that knows the load
+(``experiments.tracereplay.PerfectForecaster``), so what its forecasts cost and what its
+schedule rules cost can be told apart. Settings are chosen here and then measured once on the
 evaluation days by ``augury experiment run preemptive``.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 
@@ -35,14 +40,18 @@ def _value(field: dataclasses.Field, raw: str):
 
 def main(argv: list[str] | None = None) -> int:
     from experiments import bundled
-    from experiments.suite.preemptive import DAGS, TUNING_DAYS, Params, run_trace
-    from experiments.tracereplay import summary
+    from experiments.suite.preemptive import DAGS, TUNING_DAYS, Params, job_truth, prepare, run_augury, run_trace
+    from experiments.tracereplay import PerfectForecaster, summary
 
     ap = argparse.ArgumentParser(prog="python -m experiments.suite.preemptive_tune", description=__doc__.split("\n")[0])
     ap.add_argument("--days", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     ap.add_argument("--flink", action="store_true", help="also replay the Flink autoscaler's rules")
+    ap.add_argument("--hindsight", default="", metavar="S,S,...",
+                    help="also replay hindsight/<s> at these prices (s of violation per instance-hour)")
+    ap.add_argument("--perfect-forecast", action="store_true",
+                    help="also replay augury with a forecaster that knows the load (augury/perfect)")
     ap.add_argument("--dag", default=DAGS[0], choices=DAGS)
     ap.add_argument("--trace", action="append", default=None, choices=sorted(TUNING_DAYS))
     args = ap.parse_args(argv)
@@ -54,7 +63,13 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(fields)}")
         overrides[name] = _value(fields[name], raw)
     params = dataclasses.replace(Params(), **overrides)
-    policies = ("augury", "flink-autoscaler") if args.flink else ("augury",)
+    try:
+        prices = [float(x) for x in args.hindsight.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"--hindsight {args.hindsight!r}: expected prices like 5,20,60") from None
+    if any(not math.isfinite(x) or x < 0 for x in prices):
+        raise SystemExit(f"--hindsight {args.hindsight!r}: prices must be finite and >= 0")
+    policies = ("augury",) + (("flink-autoscaler",) if args.flink else ()) + tuple(f"hindsight/{x:g}" for x in prices)
     rate = params.violation_s_per_instance_hour
     totals: dict[str, list[float]] = {}
     started = time.perf_counter()
@@ -64,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     for trace in args.trace or list(TUNING_DAYS):
         rows = run_trace(trace, params, args.days, args.seed, bundled.data_dir(), bundled.traces_dir(),
                          lambda _msg: None, policies=policies, spec=TUNING_DAYS[trace], dag=args.dag)
+        if args.perfect_forecast:
+            truth = job_truth(args.dag, bundled.data_dir(), params)
+            prepared = prepare(trace, params, args.days, args.seed, truth, bundled.traces_dir(), TUNING_DAYS[trace])
+            result, _ = run_augury(truth, truth, prepared, params, name="augury/perfect",
+                                   forecaster=PerfectForecaster(prepared))
+            rows.append((trace, result, None))
         for _, result, _ in rows:
             s = summary(result, args.days)
             cost = s["violation_minutes"] + s["instance_hours"] * rate / 60.0

@@ -1,5 +1,8 @@
 """Each decider alone, on evaluations built from measured windows of a fluid job (tests/scheduler/synth)."""
 
+from types import SimpleNamespace
+
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -158,6 +161,40 @@ def test_preemptive_decider_scales_before_a_forecast_peak():
     assert decider.schedules_, d.reasons
     assert d.kind == DecisionKind.SCALE and d.path == "preemptive"
     assert d.config["a"] * 1000.0 * 0.7 >= 1900.0 * 0.99
+
+
+def test_preemptive_decider_forecasts_with_the_forecaster_it_is_given():
+    # the same flat history, but a forecaster that says 1,900/s from 11:00: the decider plans
+    # from it (not from a method of its own) and records the forecaster's method
+    ev, ctx = setup(1000.0)
+    idx = pd.date_range(end="2026-01-08 10:15", periods=7 * 96, freq="15min")
+    history = pd.Series(1000.0, index=idx)
+    clock = lambda s: pd.Timestamp("2026-01-08 10:30") + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
+    methods = []
+
+    class Known:
+        method = "known"
+
+        def update(self, h):
+            return self
+
+        def forecast(self, steps, quantiles):
+            stamps = pd.date_range("2026-01-08 10:30", periods=steps, freq="15min")
+            path = np.where(stamps >= pd.Timestamp("2026-01-08 11:00"), 1900.0, 1000.0)
+            return SimpleNamespace(timestamps=stamps, quantiles={q: path for q in quantiles})
+
+    class KnownForecaster:
+        def __init__(self, method):
+            methods.append(method)
+
+        def fit(self, h):
+            return Known()
+
+    decider = PreemptiveDecider(PreemptiveConfig(lead_time_s=3600.0, method="seasonal-naive"),
+                                read_history=lambda: history, clock=clock, forecaster=KnownForecaster)
+    d = decider.decide(ev, ctx)
+    assert methods == ["seasonal-naive"] and decider.forecast_methods_ == ["known"]
+    assert d.kind == DecisionKind.SCALE and d.config["a"] * 1000.0 * 0.7 >= 1900.0 * 0.99
 
 
 def test_preemptive_history_stays_on_a_coarser_given_grid():
