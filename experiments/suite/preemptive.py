@@ -702,7 +702,8 @@ def _result(ctx, params: Params, table: pd.DataFrame, days_table: pd.DataFrame, 
 
 def _pareto(trace: str, per_trace: pd.DataFrame, days_table: pd.DataFrame, workdir):
     """Violation minutes vs instance-hours per day, one point per policy with its 95 % intervals,
-    one panel per job, the hindsight bound as a vertical line."""
+    one panel per job, the hindsight bound as a vertical line and perfect foresight's frontier
+    (the ``hindsight/<s>`` rows) as a dashed grey line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -715,7 +716,14 @@ def _pareto(trace: str, per_trace: pd.DataFrame, days_table: pd.DataFrame, workd
     fig, axes = plt.subplots(1, len(dags), figsize=(6 * len(dags), 4.5), squeeze=False)
     for ax, dag in zip(axes[0], dags):
         g = rows[rows["dag"] == dag]
-        for r in g.itertuples():
+        foresight = g[g["policy"].str.startswith(HINDSIGHT + "/")].sort_values("instance_hours_per_day")
+        if len(foresight):
+            ax.plot(foresight["instance_hours_per_day"], foresight["violation_minutes_per_day"], "s--",
+                    color="grey", lw=1, ms=4, label="perfect foresight (hindsight/<s>)")
+            for r in foresight.itertuples():
+                ax.annotate(r.policy.split("/", 1)[1], (r.instance_hours_per_day, r.violation_minutes_per_day),
+                            fontsize=6, color="grey", xytext=(3, -8), textcoords="offset points")
+        for r in g[~g["policy"].str.startswith(HINDSIGHT + "/")].itertuples():
             ax.errorbar(r.instance_hours_per_day, r.violation_minutes_per_day,
                         xerr=[[r.instance_hours_per_day - r.instance_hours_per_day_lo],
                               [r.instance_hours_per_day_hi - r.instance_hours_per_day]],
