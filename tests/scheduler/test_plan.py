@@ -13,7 +13,7 @@ from hypothesis import assume, HealthCheck, given, settings, strategies as st
 from modeler.modelfile import load_model, parse_model
 from modeler.queueing import compile_model, predict, predict_batch
 from scheduler.errors import SchedulerError
-from scheduler.plan import Plan, PlanConfig, _relaxed_model, plan
+from scheduler.plan import _RELAXED_TAIL_EPS, Plan, PlanConfig, _relaxed_model, plan
 from scheduler.targets import Targets
 from tests.conftest import EXAMPLES
 
@@ -364,10 +364,11 @@ def test_relaxed_model_is_a_lower_bound_and_monotone(case):
     real = predict_batch(compiled, P, rate)
     low = predict_batch(relaxed, P, rate)
     assert np.all(low.latency_mean_ms <= real.latency_mean_ms * (1 + 1e-9))
-    # The tails bound as well, up to the Euler inversion's error (M = 14): ~2e-7 typically, 1.02e-6
-    # seen in CI (stop 31) on a 5-operator case with two equal p95s, so 1e-5 as at line ~409.
+    # The tails bound up to the slack the planner credits them (_RELAXED_TAIL_EPS): the relaxed
+    # model drops the correlated copies' terms, which reshape the tail (a relaxed p99 0.19 % above
+    # the real one was found on a forward pair at parallelism 2).
     for stat in ("p95", "p99"):
-        assert np.all(low.latency(stat) <= real.latency(stat) * (1 + 1e-5)), stat
+        assert np.all(low.latency(stat) * (1 - _RELAXED_TAIL_EPS) <= real.latency(stat)), stat
     for names, dom in groups:
         if any(e.grouping == "broadcast" for e in model.edges if e.target in names):
             continue
