@@ -61,7 +61,14 @@ What is fitted, and the rules:
   it). The operators' CPU shares are then fitted again with the sources' CPU among the cores'
   load, and the source cost once more from those services. Also in that CPU: the engine's
   network threads, garbage collection and JIT compilation that the operators' busy time does
-  not show; the cost carries them (they scale with the tuples).
+  not show; the cost carries them (they scale with the tuples). That split rests on the
+  operators' busy time being their CPU, which it is not when the cores are contended (busy time
+  is wall time: measured on q1's Calc under load, 1.0-1.6 us of busy time per tuple for 0.7-0.75
+  us of its threads' CPU), so the sources' cost comes out low. Where the sources' own threads'
+  CPU is measured (``source_cpu``: a local cluster's ``/proc``), that is used instead: the cost
+  is their CPU over the tuples they generated (a ratio through the origin: a generating thread
+  idles with no traffic), and the operators' services and shares are fitted again with it
+  among the cores' load; ``engine_cpu`` is then not needed.
 * **Per-hop delay** when end-to-end latency was measured: the median excess of measured over
   predicted (delay-free) latency per hop, in steady-state windows below 80 % utilization.
 
@@ -87,6 +94,10 @@ from modeler.modelfile import EdgeSpec, JobModel, KeySpec, OperatorSpec, Scaling
 OPERATOR_COLUMNS = ("window_start", "operator", "parallelism", "processed_rate", "busy_fraction_mean",
                     "service_time_ms")
 EDGE_COLUMNS = ("window_start", "source_op", "target_op", "rate", "selectivity")
+SOURCE_CPU_COLUMNS = ("window_start", "cpu_cores")
+"""``source_cpu``: per window, the CPU the sources' own threads used, in cores, summed over the
+sources (on a local Flink cluster: the TaskManager's ``Legacy Source Thread`` threads in
+``/proc``)."""
 ENGINE_CPU_COLUMNS = ("window_start", "cpu_cores")
 """``engine_cpu``: per window, the CPU the engine's worker processes used, in cores (CPU seconds
 per second of the window, summed over processes: Flink's TaskManagers)."""
@@ -250,14 +261,18 @@ class Calibrator:
     # -- fitting
     def fit(self, operator_windows: pd.DataFrame, edge_windows: pd.DataFrame,
             topology: JobModel | None = None, job: str | None = None,
-            engine_cpu: pd.DataFrame | None = None) -> "Calibrator":
+            engine_cpu: pd.DataFrame | None = None, source_cpu: pd.DataFrame | None = None) -> "Calibrator":
         """``engine_cpu`` (optional, ``ENGINE_CPU_COLUMNS``): the engine's measured CPU per window,
-        from which sources without a service time get their ``cpu_ms_per_tuple`` (shared cores)."""
+        from which sources without a service time get their ``cpu_ms_per_tuple`` (shared cores);
+        ``source_cpu`` (optional, ``SOURCE_CPU_COLUMNS``): the sources' own threads' CPU per
+        window, which gives that cost directly (and then wins)."""
         cfg = self.config or CalibrationConfig()
         ops = _require_columns(operator_windows, OPERATOR_COLUMNS, "operator_windows")
         edges = _require_columns(edge_windows, EDGE_COLUMNS, "edge_windows")
         if engine_cpu is not None:
             engine_cpu = _require_columns(engine_cpu, ENGINE_CPU_COLUMNS, "engine_cpu")
+        if source_cpu is not None:
+            source_cpu = _require_columns(source_cpu, SOURCE_CPU_COLUMNS, "source_cpu")
         self.sources_: dict[str, ParameterFit] = {}
         self.engine_idle_cores_: float | None = None
         topology = topology or infer_topology(ops, edges, job=job or _job_name(ops), config=cfg)
@@ -280,7 +295,15 @@ class Calibrator:
             for name, fit in _fit_cpu_shares(draft, ops, cfg, self.operators_)[0].items():
                 self.operators_[name] = fit
             draft = self._assemble(topology, network_delay_ms=0.0)
-            if engine_cpu is not None:
+            if source_cpu is not None:
+                # Measured directly: the sources' cost, then the operators' services and shares
+                # again with the sources' CPU among the cores' load in every window.
+                self.sources_ = _fit_measured_source_cpu(draft, ops, source_cpu, cfg)
+                if self.sources_:
+                    draft = self._assemble(topology, network_delay_ms=0.0)
+                    self.operators_.update(_fit_cpu_shares(draft, ops, cfg, self.operators_)[0])
+                    draft = self._assemble(topology, network_delay_ms=0.0)
+            elif engine_cpu is not None:
                 # The sources' CPU stretches the operators' service in every window, and the
                 # operators' CPU is part of the engine's: the operators' base services and shares
                 # and the sources' cost are fitted jointly, from the line through the engine's CPU
@@ -549,6 +572,27 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
         sources = {name: fit for name in source_names}
         idle_cores = idle if idle_cores is not None else None
     return out, sources, idle_cores
+
+
+def _fit_measured_source_cpu(model: JobModel, ops: pd.DataFrame, source_cpu: pd.DataFrame,
+                             cfg: CalibrationConfig) -> dict[str, ParameterFit]:
+    """The sources' CPU per generated tuple, ms, from their own threads' CPU (module docstring,
+    "A source's CPU"): sum of CPU / sum of tuples over the windows with traffic, K-fold holdout.
+    {} when no source lacks a service time or fewer than ``min_windows`` windows have both."""
+    sources = [op.name for op in model.sources if op.service_time_ms is None]
+    if not sources or model.cores is None:
+        return {}
+    cpu = source_cpu.groupby("window_start")["cpu_cores"].mean()
+    windows, _, _, rate = _window_inputs(model, ops, sorted(set(cpu.index)))
+    if not windows:
+        return {}
+    used = cpu.loc[windows].to_numpy(float)
+    ok = np.isfinite(used) & (used >= 0) & np.isfinite(rate) & (rate > 0)
+    if ok.sum() < cfg.min_windows or used[ok].sum() <= 0:
+        return {}
+    ms = used[ok] * 1000.0  # core-ms per second
+    fit = _weighted_ratio_fit(ms, rate[ok], ms / rate[ok], cfg.folds)
+    return {name: fit for name in sources}
 
 
 def _fit_source_cpu(model: JobModel, ops: pd.DataFrame, engine_cpu: pd.DataFrame,
@@ -1016,6 +1060,7 @@ def flink_buffer_tuples(record_bytes: float, upstream_parallelism: int, buffers_
 
 def calibrate(operator_windows: pd.DataFrame, edge_windows: pd.DataFrame, topology: JobModel | None = None,
               config: CalibrationConfig | None = None, job: str | None = None,
-              engine_cpu: pd.DataFrame | None = None) -> JobModel:
+              engine_cpu: pd.DataFrame | None = None, source_cpu: pd.DataFrame | None = None) -> JobModel:
     """Convenience: fit and return the calibrated model."""
-    return Calibrator(config).fit(operator_windows, edge_windows, topology, job=job, engine_cpu=engine_cpu).model_
+    return Calibrator(config).fit(operator_windows, edge_windows, topology, job=job, engine_cpu=engine_cpu,
+                                  source_cpu=source_cpu).model_

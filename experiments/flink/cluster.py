@@ -58,6 +58,21 @@ REPORTER_FACTORY = "org.apache.flink.metrics.prometheus.LoopbackPrometheusReport
 LOOPBACK = "127.0.0.1"
 
 
+SOURCE_THREAD = "Legacy Source T"
+"""What ``/proc/<pid>/task/<tid>/comm`` (a thread name's first 15 characters) shows for a legacy
+``SourceFunction``'s own thread ('Legacy Source Thread - Source: bid[1] (1/1)#0'): Flink's SQL
+``datagen`` generates and serializes its rows there, outside the task's mailbox thread, which is
+why it reports no busy time."""
+
+
+def thread_cpu_s(stat: str, ticks_per_s: float) -> float:
+    """CPU seconds (user + system) of one ``/proc/<pid>/task/<tid>/stat`` line. The thread's
+    name may hold spaces and parentheses: the fields are counted after the last ')'
+    (utime and stime are fields 14 and 15 of proc(5))."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / ticks_per_s
+
+
 class FlinkClusterError(AuguryError):
     """The local Flink cluster could not be created, started or reached."""
 
@@ -498,6 +513,24 @@ class FlinkCluster:
             if marker in cmdline and b"java" in cmdline.split(b"\0", 1)[0]:
                 pids.append(int(entry.name))
         return sorted(pids)
+
+    def source_threads_cpu_s(self) -> float:
+        """CPU seconds used so far by the legacy source threads (``SOURCE_THREAD``) of this
+        cluster's TaskManagers, summed, read from ``/proc`` now (exact, unlike REST's cached
+        metrics). The datagen sources' own CPU, which no Flink metric reports. A thread that
+        ended (a cancelled job, a restart) drops out of the sum: compare two readings only
+        within one run of a job."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for pid in self.processes():
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                try:
+                    if not (task / "comm").read_text().startswith(SOURCE_THREAD):
+                        continue
+                    total += thread_cpu_s((task / "stat").read_text(), ticks)
+                except (OSError, IndexError, ValueError):
+                    continue  # the thread ended between the listing and the read
+        return total
 
     def stop(self) -> None:
         """Stop the JobManager and TaskManager; kill what is left. Safe to call repeatedly."""

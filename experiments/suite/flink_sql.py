@@ -17,12 +17,15 @@ one TaskManager, 8 slots, on this machine's cores) and, per query (``experiments
    every configuration's capacity, and the windows' back pressure is reported).
    **Source CPU**: the datagen source reports no busy time (Flink answers NaN), yet it
    generates on the cores the operators share. Around each calibration job's windows (after
-   its warm-up window) the TaskManager JVM's CPU time is sampled
-   (``FlinkMetricsSource.cpu_sample``, ``Status.JVM.CPU.Time``); its mean over the windows is
-   the job's ``engine_cpu``, from which calibration fits the sources' ``cpu_ms_per_tuple``
-   (with the operators' services and shares, ``modeler.calibrate``) and the TaskManager's idle
-   CPU (reported). The model then caps the job where the datagen thread, stretched by sharing,
-   cannot generate more.
+   its warm-up window) the CPU of its own threads is read from ``/proc``
+   (``FlinkCluster.source_threads_cpu_s``: the local cluster's legacy source threads) and the
+   TaskManager JVM's CPU time over REST (``FlinkMetricsSource.cpu_sample``,
+   ``Status.JVM.CPU.Time``); their means over the windows are the job's ``source_cpu`` and
+   ``engine_cpu``. Calibration takes the sources' ``cpu_ms_per_tuple`` from ``source_cpu``
+   (``engine_cpu`` is the fallback a remote cluster would have: it splits the JVM's CPU by the
+   operators' busy time, which on contended cores overstates their CPU; both are logged). The
+   model then caps the job where the datagen thread, stretched by sharing, cannot generate
+   more, and counts its CPU among the cores' load.
 2. **Predicted max sustainable rate** at >= 5 unseen configurations (per-vertex parallelism,
    most with more instances than cores): ``modeler.queueing.predict(model, config, 1.0).max_rate``
    (job input, tuples/s: the sum over the query's datagen tables). Beside it **DS2's linear
@@ -317,7 +320,7 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
 
     q, w_s, n = setup.query, s["window_s"], s["windows"]
     # 1. calibration
-    calib_windows, calib_rows, topology, ds2_rows, engine_cpu = [], [], None, [], []
+    calib_windows, calib_rows, topology, ds2_rows, engine_cpu, source_cpu = [], [], None, [], [], []
     n_sources = 1
     for t, rate in setup.calibration:
         steps.advance(f"{q} calibration {t} at {rate}/s per table")
@@ -329,7 +332,9 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
             # time shows, is what it has beyond the operators' (module docstring, "Source CPU").
             job.windows(0, skip=1)
             t0, cpu0 = job.source.cpu_sample()
+            h0, src0 = time.monotonic(), cluster.source_threads_cpu_s()
             ws = job.windows(setup.calibration_windows or s["calibration_windows"], skip=0)
+            h1, src1 = time.monotonic(), cluster.source_threads_cpu_s()
             t1, cpu1 = job.source.cpu_sample()
             if topology is None:
                 topology = job.graph.topology()
@@ -337,8 +342,10 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
         finally:
             job.cancel()
         cpu_cores = (cpu1 - cpu0) / (t1 - t0) if t1 > t0 else float("nan")
-        engine_cpu.extend({"window_start": pd.Timestamp(w.start_s, unit="s", tz="UTC"), "cpu_cores": cpu_cores}
-                          for w in ws)
+        source_cores = (src1 - src0) / (h1 - h0) if h1 > h0 else float("nan")
+        starts = [pd.Timestamp(w.start_s, unit="s", tz="UTC") for w in ws]
+        engine_cpu.extend({"window_start": ts, "cpu_cores": cpu_cores} for ts in starts)
+        source_cpu.extend({"window_start": ts, "cpu_cores": source_cores} for ts in starts)
         n_sources = len(job.sources)
         # the datagen's configured rate as the sources' rate (module docstring, "Input rate")
         ws = [replace(w, operators={k: (replace(o, processed_rate=float(rate), arrival_rate=float(rate))
@@ -351,14 +358,15 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
         calib_rows.append({"query": q, "configuration": _fmt(job.graph.config()), "rate_per_table": rate,
                            "job_input_rate": rate * n_sources, "measured_input_rate": round(m["rate"], 1),
                            "backpressure_max": round(m["bp_max"], 3), "rescale_s": round(restart, 1),
-                           "taskmanager_cpu_cores": round(cpu_cores, 3),
+                           "taskmanager_cpu_cores": round(cpu_cores, 3), "source_threads_cpu_cores": round(source_cores, 3),
                            **{f"busy_{k}": round(v, 3) for k, v in m["busy"].items() if np.isfinite(v)}})
         ctx.progress(f"{q} calibration {t} at {rate}/s: input {m['rate']:.0f}/s, busy "
                      + ", ".join(f"{k}={v:.2f}" for k, v in m["busy"].items() if np.isfinite(v)))
     topology = dict(topology, resources={"cores": cores})
     ops, edges = history_frames(calib_windows)
     fitted = Calibrator(CalibrationConfig(min_busy_fraction=0.0)).fit(
-        ops, edges, topology=parse_model(topology, require_profiles=False), engine_cpu=pd.DataFrame(engine_cpu))
+        ops, edges, topology=parse_model(topology, require_profiles=False), engine_cpu=pd.DataFrame(engine_cpu),
+        source_cpu=pd.DataFrame(source_cpu))
     model = fitted.model_
     fits = {op: {"service_ms": float(f.service_time_ms.value),
                  "cpu_share": float(f.cpu_share.value) if f.cpu_share is not None else float("nan"),

@@ -524,3 +524,28 @@ def test_without_the_engines_cpu_a_source_gets_no_cpu_cost_and_one_rate_charges_
     # charged per tuple, the idle CPU lowers the capacity: conservative, not optimistic
     config = {"a": 4, "b": 4}
     assert predict(fitted.model_, config, 1.0).max_rate < predict(truth, config, 1.0).max_rate
+
+
+def test_the_sources_measured_thread_cpu_gives_their_cost_directly_and_wins_over_the_engines():
+    truth = parse_model(_SOURCE_CPU_TRUTH)
+    configs = [{"a": 1, "b": 1}, {"a": 2, "b": 3}, {"a": 4, "b": 4}, {"a": 3, "b": 6}]
+    ops, edges = _shared_core_history(truth, configs, [0.3, 0.5, 0.7])
+    src = ops[ops["operator"] == "src"]
+    # the source thread's CPU: its cost x its rate, with 2 % noise alternating per window
+    noise = np.where(np.arange(len(src)) % 2 == 0, 1.02, 0.98)
+    threads = pd.DataFrame({"window_start": src["window_start"].to_numpy(),
+                            "cpu_cores": src["processed_rate"].to_numpy(float) * 0.8 / 1000.0 * noise})
+    # an engine CPU that would say otherwise (twice the idle, a third more per tuple) is not used
+    wrong = _engine_cpu(truth, ops, idle_cores=0.1).assign(cpu_cores=lambda f: f["cpu_cores"] * 1.3)
+    fitted = Calibrator().fit(ops, edges, topology=_topology_of(_SOURCE_CPU_TRUTH), source_cpu=threads,
+                              engine_cpu=wrong)
+    fit = fitted.sources_["src"]
+    assert fit.value == pytest.approx(0.8, rel=0.02) and fit.samples == 12 and fit.holdout_error < 0.05
+    assert fitted.engine_idle_cores_ is None
+    # the operators are fitted with the source's CPU among the cores' load
+    for name, service, share in (("a", 1.0, 1.0), ("b", 2.0, 0.3)):
+        assert fitted.operators_[name].service_time_ms.value == pytest.approx(service, rel=0.02)
+        assert fitted.operators_[name].cpu_share.value == pytest.approx(share, abs=0.03)
+    for config in configs:
+        assert predict(fitted.model_, config, 1.0).max_rate == pytest.approx(predict(truth, config, 1.0).max_rate,
+                                                                             rel=0.02)
