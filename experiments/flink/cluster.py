@@ -73,6 +73,16 @@ def thread_cpu_s(stat: str, ticks_per_s: float) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks_per_s
 
 
+def machine_busy_cpu_s(proc_stat: str, ticks_per_s: float) -> float:
+    """CPU seconds every core of the machine has spent busy (not idle, not waiting for I/O) so
+    far, from ``/proc/stat``'s ``cpu`` line."""
+    for line in proc_stat.splitlines():
+        if line.startswith("cpu "):
+            values = [int(v) for v in line.split()[1:]]
+            return (sum(values[:8]) - values[3] - values[4]) / ticks_per_s
+    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+
+
 class FlinkClusterError(AuguryError):
     """The local Flink cluster could not be created, started or reached."""
 
@@ -531,6 +541,23 @@ class FlinkCluster:
                 except (OSError, IndexError, ValueError):
                     continue  # the thread ended between the listing and the read
         return total
+
+    def cpu_reading(self) -> dict[str, float]:
+        """CPU seconds so far, from ``/proc``: ``machine`` (every core, busy), ``cluster`` (this
+        cluster's JobManager and TaskManager processes) and ``source_threads``
+        (``source_threads_cpu_s``). Two readings over an interval say what the cores did: the
+        datagen thread near one core is a generator at its limit; the machine near all its
+        cores with the cluster well below them is other load taking cores the model counts
+        as the job's."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        cluster = 0.0
+        for pid in self.processes():
+            try:
+                cluster += thread_cpu_s(Path(f"/proc/{pid}/stat").read_text(), ticks)
+            except (OSError, IndexError, ValueError):
+                continue
+        return {"machine": machine_busy_cpu_s(Path("/proc/stat").read_text(), ticks), "cluster": cluster,
+                "source_threads": self.source_threads_cpu_s()}
 
     def stop(self) -> None:
         """Stop the JobManager and TaskManager; kill what is left. Safe to call repeatedly."""

@@ -218,6 +218,12 @@ def source_limited(backpressure_mean: float, busiest_busy: float) -> bool:
     return not (backpressure_mean >= HELD_BACK_BP or (np.isfinite(busiest_busy) and busiest_busy >= HELD_BACK_BUSY))
 
 
+def cores_used(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """Cores each reading of ``FlinkCluster.cpu_reading`` used on average between two readings
+    ``seconds`` apart (nan for an empty interval)."""
+    return {k: (after[k] - before[k]) / seconds if seconds > 0 else float("nan") for k in before if k in after}
+
+
 def one_step_verdict(after_rate: float, after_bp_mean: float, target: float) -> bool:
     """Meets the target without sustained back pressure (``THROUGHPUT_OK``, ``BACKPRESSURE_OK``)."""
     return after_rate >= THROUGHPUT_OK * target and after_bp_mean <= BACKPRESSURE_OK
@@ -399,10 +405,17 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
         for c, t, pm, dm in zip(tests, setup.tests, predicted, ds2):
             steps.advance(f"{q} max rate {t}")
             rescales.append(_to(job, c))
-            m = _summary_of(job.windows(n, skip=1), job)
+            # What the cores did meanwhile (from /proc): the datagen thread near one core is a
+            # generator at its limit; the machine at all its cores with the cluster below them is
+            # other load taking cores the model counts as the job's.
+            job.windows(0, skip=1)
+            before, since = cluster.cpu_reading(), time.monotonic()
+            m = _summary_of(job.windows(n, skip=0), job)
+            m["cores"] = cores_used(before, cluster.cpu_reading(), time.monotonic() - since)
             measured.append(m)
             ctx.progress(f"{q} max rate {t}: predicted {pm:.0f}/s, DS2 linear {dm:.0f}/s, measured "
-                         f"{m['rate']:.0f}/s (operators back-pressured {m['bp_mean']:.2f})")
+                         f"{m['rate']:.0f}/s (operators back-pressured {m['bp_mean']:.2f}; cores used: "
+                         + ", ".join(f"{k} {v:.2f}" for k, v in m["cores"].items()) + ")")
     finally:
         job.cancel()
     rows = []
@@ -419,7 +432,8 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
                      "ds2_error": round(rel_error(dm, m["rate"]), 4),
                      "source_limited": source_limited(m["bp_mean"], busiest[1]),
                      "busiest": busiest[0], "busiest_busy": round(busiest[1], 3),
-                     "backpressure_mean": round(m["bp_mean"], 3)})
+                     "backpressure_mean": round(m["bp_mean"], 3),
+                     **{f"{k}_cores": round(v, 3) for k, v in m.get("cores", {}).items()}})
 
     # 3. one step: the planner's configuration for a target above the start's capacity
     start = {**base, **setup.config(setup.start)}
