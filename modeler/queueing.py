@@ -108,6 +108,11 @@ What is modelled (``docs/design.md`` section 2), and the assumptions:
    below 0.6, docs/design.md); nothing else (network threads, garbage collection) uses the
    cores unless calibration folds it into the service; the stretch is a mean, its variance is
    not added to the service's.
+   A source's own CPU (``cpu_ms_per_tuple``: a generator such as Flink's ``datagen``, which
+   engines report as no busy time) makes it one more station of this model: all CPU work,
+   stretched like the rest and stretching the rest, its hottest instance (one thread) at
+   utilization 1 bounding ``max_rate`` (it may be the bottleneck); it adds no service, wait or
+   utilization of its own (a generator is no queue). Without it nothing here changes.
    Closed forms it meets: one operator with cpu_share 1 saturates at K / E[S] once its
    instances outnumber the cores; instances that do not outnumber the cores are never stretched
    (the model without ``resources``, bit for bit); ``cpu_share`` 0 makes the cores irrelevant.
