@@ -752,6 +752,11 @@ def test_plan_reports_the_source_limited_max_rate_and_counts_its_cpu():
     assert result.prediction.max_rate == pytest.approx(predict(model, result.config, 1.0).max_rate)
     assert result.prediction.max_rate < predict(_cored(4), result.config, 1.0).max_rate
     assert result.prediction.max_rate <= 1000.0 / 3.0
-    assert not plan(model, 340.0).feasible  # beyond what the source thread can generate
+    # on 6 cores the CPU work of 330/s fits (4.95 cores), the source thread's does not: the
+    # 7 instances the utilization needs share the cores, which stretches the source past 1/330 s
+    six = _cored_with_source_cpu(6, 3.0)
+    beyond = plan(six, 330.0)
+    assert not beyond.feasible and "source src generates at most 324.9" in beyond.reasons[0], beyond.reasons
+    _assert_matches(beyond, exhaustive_product(six, 330.0, PlanConfig()), PlanConfig())
     # the CPU check counts the source: 300/s x (3 + 10 + 0.5 x 4) ms = 4.5 cores > 4
     assert "needs 4.5 cores; the job has 4 (resources.cores)" in plan(model, 300.0).reasons[0]
