@@ -23,7 +23,11 @@ Units: tuples/s, ms. Output: one CSV row per (job, configuration, load, operator
 and a printed summary. No model or testbed code is changed; nothing is written to mlflow.
 
     python -m experiments.saturation_diag [--jobs random-1,random-2] [--loads 0.85,0.95]
-        [--long-s 1200] [--repeats 2] [--configs 10] [--out /tmp/sat-diag.csv]
+        [--long-s 1200] [--repeats 2] [--configs 10] [--fitted DIR] [--out /tmp/sat-diag.csv]
+    python -m experiments.saturation_diag --fork [--out /tmp/fork.csv]
+
+``--fork`` runs only the fork re-merge sweep behind ``modeler.queueing._CopyPairs``' note on
+the copy pairs near saturation (c's sojourn, testbed vs model, six shapes x 0.2-0.95).
 """
 
 from __future__ import annotations
@@ -162,6 +166,51 @@ def diagnose(label: str, k: int, truth, configs, loads, long_s: float, repeats: 
     return rows
 
 
+FORK_SHAPES = ({}, {"p": 2}, {"p": 2, "grouping": "key"}, {"sel2": 0.5}, {"sa": 4.0}, {"sa": 1.0, "sc": 1.0})
+"""Shapes of ``fork_model`` (the copy-pairs sweep of ``queueing._CopyPairs``' docstring)."""
+
+
+def fork_model(p: int = 1, grouping: str = "shuffle", sa: float = 0.5, sc: float = 2.0, sel2: float = 1.0):
+    """src -> a -> c and src -> c (every source tuple reaches c twice): the smallest fork that
+    re-merges (``tests/modeler/test_queueing.py``'s ``_fork``). Service times ms."""
+    from modeler.modelfile import parse_model
+
+    return parse_model({
+        "augury": 1, "job": "fork", "network_delay_ms": 0.05,
+        "operators": [{"name": "src", "role": "source", "parallelism": 1},
+                      {"name": "a", "parallelism": 1, "service_time_ms": sa},
+                      {"name": "c", "parallelism": p, "service_time_ms": sc, "max_parallelism": 32}],
+        "edges": [{"from": "src", "to": "a"}, {"from": "a", "to": "c", "grouping": grouping},
+                  {"from": "src", "to": "c", "grouping": grouping, "selectivity": sel2}]}, source="fork")
+
+
+def fork_sweep(loads=(0.2, 0.5, 0.8, 0.9, 0.95), progress=print) -> list[dict]:
+    """c's mean sojourn, testbed (2 x 400 s below 0.9, 4 x 1,200 s from 0.9) against the
+    model, per ``FORK_SHAPES`` shape and utilization of c."""
+    from experiments.testbed import Testbed, TestbedConfig
+    from modeler.queueing import compile_model, predict
+
+    rows = []
+    for shape in FORK_SHAPES:
+        model = fork_model(**shape)
+        compiled = compile_model(model)
+        unit = predict(compiled, None, 1.0).operators["c"]
+        for rho in loads:
+            rate = rho * unit.parallelism / (model.operator("c").service_time_ms / 1000.0) / unit.arrival_rate
+            runs, seconds = (2, 400.0) if rho < 0.9 else (4, 1200.0)
+            measured = []
+            for seed in range(runs):
+                bed = Testbed(model, rate, TestbedConfig(seed=1 + seed))
+                bed.run_until(seconds)
+                measured.append(bed.operator_stats()["c"]["mean_sojourn_ms"])
+            meas = float(np.mean(measured))
+            pred = predict(compiled, None, rate).operators["c"].sojourn_ms
+            rows.append({"shape": str(shape), "rho": rho, "measured_ms": meas, "predicted_ms": pred})
+            progress(f"fork {shape} rho {rho:g}: c's sojourn measured {meas:.3f} ms, model {pred:.3f} ms "
+                     f"({100 * (pred / meas - 1):+.1f} %)")
+    return rows
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", default="random-1,random-2")
@@ -173,7 +222,13 @@ def main(argv=None) -> None:
     ap.add_argument("--fitted", default=None,
                     help="directory of calibrated models fitted-<job>.yaml (e.g. from accuracy's calibration): "
                          "their predictions at the accuracy points are added")
+    ap.add_argument("--fork", action="store_true",
+                    help="only the fork re-merge sweep (c's sojourn, testbed vs model; FORK_SHAPES)")
     args = ap.parse_args(argv)
+    if args.fork:
+        pd.DataFrame(fork_sweep()).to_csv(args.out, index=False)
+        print(f"rows: {args.out}")
+        return
     loads = [float(x) for x in args.loads.split(",")]
     table = accuracy_configs()
     rows = []
