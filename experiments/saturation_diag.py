@@ -7,8 +7,9 @@ first) and, per configuration:
 
 1. **max rate**: the model's (true profile, the testbed's queue capacity as ``buffer_tuples``, as
    ``accuracy``'s ``pred_true``), the testbed's as ``accuracy`` measures it (same seed, warm-up
-   and 60 s), and a long measurement (``--long-s`` simulated seconds, another seed) that shows how
-   much of the difference is the 60 s measurement's sampling noise;
+   and length: ``FULL.max_rate_s``, 60 s before the lengths scaled with the load), and a long
+   measurement (``--long-s`` simulated seconds, another seed) that shows how much of the
+   difference is the accuracy measurement's sampling noise;
 2. at each load (fractions of the accuracy-style measured max rate, ``accuracy``'s seeds): the
    measured and predicted mean and p99 latency (the accuracy point itself), and per operator the
    hottest instance's utilization (testbed: busy time / time; model: ``max_utilization``), the
@@ -16,7 +17,8 @@ first) and, per configuration:
    ``sojourn_ms``);
 3. the accuracy point's rate again, measured over ``--long-s`` x ``--repeats`` (other seeds):
    an estimate of the testbed's expected latency at that rate (``oracle``). The model against
-   it is the queueing approximation's own error at that rate; the 60 s measurement against it
+   it is the queueing approximation's own error at that rate; the accuracy measurement (its
+   warm-up and length from ``FULL.point_seconds``) against it
    is the accuracy measurement's noise (what a perfect model would err by).
 
 Units: tuples/s, ms. Output: one CSV row per (job, configuration, load, operator) in ``--out``
@@ -115,13 +117,14 @@ def diagnose(label: str, k: int, truth, configs, loads, long_s: float, repeats: 
         warm = acc.max_rate_warmup_s(truth, config, acc.FULL)
         m_acc = measure_max_rate(truth, config, seconds=acc.FULL.max_rate_s, warmup_s=warm, seed=seed)
         m_long = measure_max_rate(truth, config, seconds=long_s, warmup_s=warm, seed=seed + 7_000_000)
-        progress(f"{label} [{cfg_label}] max rate: model {m_model:.1f}, measured(60 s) {m_acc:.1f} "
+        progress(f"{label} [{cfg_label}] max rate: model {m_model:.1f}, measured({acc.FULL.max_rate_s:g} s) {m_acc:.1f} "
                  f"({100 * (m_model / m_acc - 1):+.2f} %), measured({long_s:g} s) {m_long:.1f} "
                  f"({100 * (m_model / m_long - 1):+.2f} %)")
         for load in loads:
             j = acc.FULL.loads.index(load) if load in acc.FULL.loads else 100 + int(1000 * load)
             rate = load * m_acc
-            got = run_testbed(truth, config, rate, acc.FULL.measure_s, acc.FULL.warmup_s, seed + j + 1)
+            warm_s, measure_s = acc.FULL.point_seconds(load)  # as accuracy measures the point
+            got = run_testbed(truth, config, rate, measure_s, warm_s, seed + j + 1)
             pred = model_point(model, config, rate)
             # The same rate measured long (other seeds): the testbed's expected latency there.
             rate_k = rate
@@ -243,7 +246,7 @@ def main(argv=None) -> None:
     df = pd.DataFrame(rows)
     df.to_csv(args.out, index=False)
     pts = df.drop_duplicates(["job", "config", "load"])
-    print("\nmedian |error| per job and load (accuracy point: model vs 60 s / model vs oracle; noise: 60 s vs oracle):")
+    print("\nmedian |error| per job and load (accuracy point: model vs accuracy measurement / model vs oracle; noise: accuracy measurement vs oracle):")
     for (job, load), g in pts.groupby(["job", "load"]):
         e = lambda a, b: float(np.median(np.abs(g[a] / g[b] - 1)))
         s = lambda a, b: float(np.median(g[a] / g[b] - 1))
@@ -252,7 +255,7 @@ def main(argv=None) -> None:
               f"{100 * e('oracle_pred_mean', 'oracle_meas_mean'):.1f} % (signed {100 * s('oracle_pred_mean', 'oracle_meas_mean'):+.1f} %); "
               f"p99 {100 * e('acc_pred_p99', 'acc_meas_p99'):.1f} % / {100 * e('oracle_pred_p99', 'oracle_meas_p99'):.1f} % "
               f"(signed {100 * s('oracle_pred_p99', 'oracle_meas_p99'):+.1f} %); noise floor mean "
-              f"{100 * e('acc_meas_mean', 'oracle_meas_mean'):.1f} %, p99 {100 * e('acc_meas_p99', 'oracle_meas_p99'):.1f} %; max rate model/60 s "
+              f"{100 * e('acc_meas_mean', 'oracle_meas_mean'):.1f} %, p99 {100 * e('acc_meas_p99', 'oracle_meas_p99'):.1f} %; max rate model/accuracy "
               f"{100 * float(np.median(np.abs(mr['max_rate_model'] / mr['max_rate_acc'] - 1))):.2f} %, model/long "
               f"signed {100 * float(np.median(mr['max_rate_model'] / mr['max_rate_long'] - 1)):+.2f} %")
         if "acc_fit_mean" in g:
