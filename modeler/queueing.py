@@ -384,7 +384,22 @@ class _CopyPairs:
     delta: np.ndarray
     """The branches' mean service-time difference, seconds [K] (base service times: a constant
     of the model, so the terms at v depend on v's own parallelism only, as the planner's
-    per-operator evaluation needs)."""
+    per-operator evaluation needs).
+
+    Known gap near saturation (issue 27, ``experiments/saturation_diag.py``): the discount is
+    too strong where the merge is busy and the branches' lag is short. Testbed, the fork above
+    with c at 0.2-0.95 utilization, six shapes (c with 1-2 instances, shuffle or key, the direct
+    branch at selectivity 0.5, a at 0.5-4 ms for c's 1-2 ms): c's sojourn is 0.3-15 % short
+    (-15 % at 0.95 where a and c both take 1 ms); on ``accuracy``'s random-2 a merge with one
+    instance at 0.85 (op2, op3) is 3-10 % short, -3 to -6 % end to end, against long runs at the
+    same rate. The queue's busy period E[S]/(1 - rho) in place of E[S] for the merge's own wait
+    (the dispersion passed on unchanged, so the planner's floor would keep its pair term) was
+    within -9 to +3 % on five of the six shapes and brought the random DAGs' bias to -2 to
+    +1 %, but +15 to +24 % at 0.8-0.95 where a takes 4 ms for c's 2 ms: a then queues at c's
+    utilization and the lag between copies grows with a's wait as fast as the busy period
+    grows, so the lag would have to include the branches' waits, which the per-operator
+    evaluation excludes (see above). Not adopted. (``saturation_diag --fork`` reruns the sweep
+    for the model as it is.)"""
     merges: tuple[int, ...]
     """The merges with at least one term, increasing."""
 
