@@ -21,13 +21,22 @@ STATEMENTS: dict[str, dict[str, str]] = {
                  "configurations, three loads); Caladrius and DRS are fed the same calibrated profile; the "
                  "`pred_true` column predicts with the true profile, separating the queueing approximation's error "
                  "from calibration's.",
-        "sample": "configurations per example drawn at random (seeded) x loads 10-95 % of the measured max rate; "
-                  "`errors_by_band` gives medians with percentile-bootstrap 95 % CIs per load band (n per cell in "
-                  "the table).",
+        "sample": "configurations per example drawn at random (seeded) x loads 10-95 % of the measured max rate "
+                  "(measured over 600 s); each load point is warmed up and measured longer the nearer it is to "
+                  "saturation, 10 s + 60 s times min(25, max(1, (0.5 / (1 - load))^2)) (x2.8 at 0.7, x11.1 at "
+                  "0.85, x25 at 0.95), because a queue's relaxation time, and with it the sampling error of a mean "
+                  "waiting time and the bias of a short warm-up, grows like 1/(1 - load)^2; every point carries "
+                  "its batch-means standard error (`measured_se`); `errors_by_band` gives medians with "
+                  "percentile-bootstrap 95 % CIs per load band (n per cell in the table) and the measurements' "
+                  "median relative standard error (`measured_rel_se`).",
         "could bias it": "the testbed and the model share assumptions (per-instance FIFO queues, fixed per-hop "
                          "delay): agreement on the testbed is not agreement on an engine (flink-accuracy is); n per "
                          "example and band is 10, so the intervals are wide, most at 0.95, where a 1 % error in the "
-                         "measured max rate moves the latency ~20 %; the throughput at 1.3x the max rate is "
+                         "measured max rate moves the latency ~20 % (its 600 s measurement leaves ~0.25 %); the cap on "
+                         "the measurement length (x25 where the relaxation-time rule asks x100 at 0.95) leaves the 0.95 "
+                         "points about twice as noisy as the lower bands (compare `measured_rel_se` with the errors); "
+                         "batch means with 10 batches understate the standard error when a batch is not much longer "
+                         "than the queue's relaxation time; the throughput at 1.3x the max rate is "
                          "measured with each source back-pressured on its own, as an engine does, which the model "
                          "(all sources throttled in proportion) does not describe for several sources.",
     },

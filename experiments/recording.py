@@ -139,6 +139,17 @@ def measure_max_rate(model: JobModel, config: Mapping[str, int], *, overload: fl
     above capacity and measure what the source(s) manage to push (back pressure throttles them
     to the bottleneck). A job with several sources is fed by one generator that keeps their
     shares (``mix_coupled``: independently throttled sources would not)."""
+    rates = max_rate_windows(model, config, overload=overload, seconds=seconds, warmup_s=warmup_s, seed=seed,
+                             testbed_config=testbed_config)
+    return float(rates.mean()) if len(rates) else float("nan")
+
+
+def max_rate_windows(model: JobModel, config: Mapping[str, int], *, overload: float = 1.6,
+                     seconds: float = 60.0, warmup_s: float = 20.0, seed: int = 99,
+                     testbed_config=None) -> np.ndarray:
+    """``measure_max_rate``'s measurement window by window: the source input rate (tuples/s) of
+    every complete metric window after the warm-up, oldest first (their mean is the max rate;
+    their sequence gives its standard error by batch means)."""
     from experiments.testbed import Testbed, TestbedConfig
 
     offered = overload * predict(model, config, 0.0).max_rate
@@ -151,8 +162,8 @@ def measure_max_rate(model: JobModel, config: Mapping[str, int], *, overload: fl
     frame = frame[frame["ts"] >= start]
     sources = [op.name for op in bed_model.sources]
     rows = frame[frame["operator"].isin(sources) & (frame["metric"] == "records_in")]
-    windows = rows["ts"].nunique()
-    return float(rows["value"].sum() / (windows * cfg.window_s)) if windows else float("nan")
+    per_window = rows.groupby("ts", sort=True)["value"].sum()
+    return per_window.to_numpy(float) / cfg.window_s
 
 
 def truth_errors(truth: JobModel, fitted: JobModel) -> dict[str, float]:

@@ -27,7 +27,11 @@ What is fitted, and the rules:
 * **Selectivity** per edge = tuples on the edge / tuples processed upstream, over all windows.
 * **Key skew**: the hottest instance's share of a key-grouped operator's input, averaged per
   parallelism, is matched by a Zipf key distribution (exponent, key count) through Flink's
-  key-group mapping, so the share at *unseen* parallelisms follows from the mapping.
+  key-group mapping, so the share at *unseen* parallelisms follows from the mapping. A window's
+  hottest share is the maximum of sampled shares, biased upwards by the sampling (each tuple's
+  key drawn independently: multinomial counts); a candidate is judged by the hottest share the
+  same windows (their tuple counts) would measure under it (``expected_hot_share``), not by its
+  true one.
 * **Input buffers** (``buffer_tuples``, blocking: ``modeler.queueing``) are configuration, not
   fitted: the topology file's (job-wide or per edge) are kept, else ``CalibrationConfig.buffer_tuples``
   (e.g. from Flink's ``taskmanager.network.memory.buffers-per-channel`` / floating buffers /
@@ -47,6 +51,28 @@ What is fitted, and the rules:
   topology's c (default 1, all CPU: the conservative choice, reported as assumed). Its error
   is in-sample (one joint fit; no K-fold refits). With shared cores the contention form is not
   fitted: slowdown with parallelism is what the cores explain.
+* **A source's CPU per generated tuple** (``cpu_ms_per_tuple``; shared cores, sources without a
+  service time, and only when the engine's own CPU use was measured: ``engine_cpu``, e.g. Flink's
+  TaskManager ``Status.JVM.CPU.Time`` per window). Engines report a generating source's time as
+  no busy time (Flink's ``datagen``), so its CPU shows only in the process's: per window, the
+  engine's CPU (cores) minus the operators' CPU work as fitted (processed rate x base service
+  at the window's parallelism x CPU share) is the sources' CPU, regressed on the tuples/s the
+  sources generate. With rates spread enough (``source_cpu_min_rate_ratio``) the slope of a
+  line is the cost per tuple and its intercept (the engine's CPU with no traffic: timers,
+  heartbeats, metrics) is reported, not modelled (``engine_idle_cores``); otherwise (one rate,
+  or a negative intercept) the ratio through the origin, which also charges that idle CPU to
+  the tuples. Several sources get one cost (their rates rarely vary apart enough to split
+  it). The operators' CPU shares are then fitted again with the sources' CPU among the cores'
+  load, and the source cost once more from those services. Also in that CPU: the engine's
+  network threads, garbage collection and JIT compilation that the operators' busy time does
+  not show; the cost carries them (they scale with the tuples). That split rests on the
+  operators' busy time being their CPU, which it is not when the cores are contended (busy time
+  is wall time: measured on q1's Calc under load, 1.0-1.6 us of busy time per tuple for 0.7-0.75
+  us of its threads' CPU), so the sources' cost comes out low. Where the sources' own threads'
+  CPU is measured (``source_cpu``: a local cluster's ``/proc``), that is used instead: the cost
+  is their CPU over the tuples they generated (a ratio through the origin: a generating thread
+  idles with no traffic), and the operators' services and shares are fitted again with it
+  among the cores' load; ``engine_cpu`` is then not needed.
 * **Per-hop delay** when end-to-end latency was measured: the median excess of measured over
   predicted (delay-free) latency per hop, in steady-state windows below 80 % utilization.
 
@@ -72,6 +98,13 @@ from modeler.modelfile import EdgeSpec, JobModel, KeySpec, OperatorSpec, Scaling
 OPERATOR_COLUMNS = ("window_start", "operator", "parallelism", "processed_rate", "busy_fraction_mean",
                     "service_time_ms")
 EDGE_COLUMNS = ("window_start", "source_op", "target_op", "rate", "selectivity")
+SOURCE_CPU_COLUMNS = ("window_start", "cpu_cores")
+"""``source_cpu``: per window, the CPU the sources' own threads used, in cores, summed over the
+sources (on a local Flink cluster: the TaskManager's ``Legacy Source Thread`` threads in
+``/proc``)."""
+ENGINE_CPU_COLUMNS = ("window_start", "cpu_cores")
+"""``engine_cpu``: per window, the CPU the engine's worker processes used, in cores (CPU seconds
+per second of the window, summed over processes: Flink's TaskManagers)."""
 _ZIPF_EXPONENTS = np.round(np.arange(0.0, 2.01, 0.05), 2)
 _ZIPF_COUNTS = (10, 30, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
 _SHARE_NOISE = 0.005
@@ -127,6 +160,10 @@ class CalibrationConfig:
     min_stretch_range: float = 0.05
     """An operator's windows must span at least this much stretch (max - min) for its CPU share
     to be fitted (shared cores); else the topology's is kept."""
+    source_cpu_min_rate_ratio: float = 1.5
+    """The sources' CPU cost per tuple is the slope of a line through the windows' (generated
+    rate, sources' CPU) when the highest rate is at least this times the lowest; else (one rate,
+    too narrow a spread) the ratio through the origin."""
 
 
 @dataclass(frozen=True)
@@ -207,7 +244,10 @@ class Calibrator:
     ``Calibrator(config).fit(operator_windows, edge_windows, topology=None)`` returns ``self`` with
     ``operators_`` ({op: OperatorFit}), ``edges_`` ({(u, v): EdgeFit}), ``network_delay_ms_``,
     ``queue_in_flight_ms_`` (the queue gauge's in-flight time per tuple, fitted with the SCVs),
-    ``trust_`` and ``model_`` (the calibrated ``JobModel``, with a ``calibration`` section).
+    ``sources_`` ({source: ParameterFit of its ``cpu_ms_per_tuple``}: shared cores with
+    ``engine_cpu`` only), ``engine_idle_cores_`` (the engine's CPU with no traffic, when a line
+    was fitted, else None), ``trust_`` and ``model_`` (the calibrated ``JobModel``, with a
+    ``calibration`` section).
     """
 
     def __init__(self, config: CalibrationConfig | None = None):
@@ -224,10 +264,21 @@ class Calibrator:
 
     # -- fitting
     def fit(self, operator_windows: pd.DataFrame, edge_windows: pd.DataFrame,
-            topology: JobModel | None = None, job: str | None = None) -> "Calibrator":
+            topology: JobModel | None = None, job: str | None = None,
+            engine_cpu: pd.DataFrame | None = None, source_cpu: pd.DataFrame | None = None) -> "Calibrator":
+        """``engine_cpu`` (optional, ``ENGINE_CPU_COLUMNS``): the engine's measured CPU per window,
+        from which sources without a service time get their ``cpu_ms_per_tuple`` (shared cores);
+        ``source_cpu`` (optional, ``SOURCE_CPU_COLUMNS``): the sources' own threads' CPU per
+        window, which gives that cost directly (and then wins)."""
         cfg = self.config or CalibrationConfig()
         ops = _require_columns(operator_windows, OPERATOR_COLUMNS, "operator_windows")
         edges = _require_columns(edge_windows, EDGE_COLUMNS, "edge_windows")
+        if engine_cpu is not None:
+            engine_cpu = _require_columns(engine_cpu, ENGINE_CPU_COLUMNS, "engine_cpu")
+        if source_cpu is not None:
+            source_cpu = _require_columns(source_cpu, SOURCE_CPU_COLUMNS, "source_cpu")
+        self.sources_: dict[str, ParameterFit] = {}
+        self.engine_idle_cores_: float | None = None
         topology = topology or infer_topology(ops, edges, job=job or _job_name(ops), config=cfg)
         self.topology_ = topology
 
@@ -245,16 +296,38 @@ class Calibrator:
 
         draft = self._assemble(topology, network_delay_ms=0.0)
         if topology.cores is not None:
-            for name, fit in _fit_cpu_shares(draft, ops, cfg, self.operators_).items():
+            for name, fit in _fit_cpu_shares(draft, ops, cfg, self.operators_)[0].items():
                 self.operators_[name] = fit
             draft = self._assemble(topology, network_delay_ms=0.0)
+            if source_cpu is not None:
+                # Measured directly: the sources' cost, then the operators' services and shares
+                # again with the sources' CPU among the cores' load in every window.
+                self.sources_ = _fit_measured_source_cpu(draft, ops, source_cpu, cfg)
+                if self.sources_:
+                    draft = self._assemble(topology, network_delay_ms=0.0)
+                    self.operators_.update(_fit_cpu_shares(draft, ops, cfg, self.operators_)[0])
+                    draft = self._assemble(topology, network_delay_ms=0.0)
+            elif engine_cpu is not None:
+                # The sources' CPU stretches the operators' service in every window, and the
+                # operators' CPU is part of the engine's: the operators' base services and shares
+                # and the sources' cost are fitted jointly, from the line through the engine's CPU
+                # with the first fit's services as the start.
+                self.sources_, self.engine_idle_cores_ = _fit_source_cpu(draft, ops, engine_cpu, cfg)
+                if self.sources_:
+                    draft = self._assemble(topology, network_delay_ms=0.0)
+                    fits, self.sources_, self.engine_idle_cores_ = _fit_cpu_shares(
+                        draft, ops, cfg, self.operators_, engine_cpu=engine_cpu, sources=self.sources_,
+                        idle_cores=self.engine_idle_cores_)
+                    self.operators_.update(fits)
+                    draft = self._assemble(topology, network_delay_ms=0.0)
         scvs, self.queue_in_flight_ms_ = _fit_scv_through_model(draft, ops, cfg)
         for name, scv in scvs.items():
             self.operators_[name] = replace(self.operators_[name], service_scv=scv)
         draft = self._assemble(topology, network_delay_ms=0.0)
         self.network_delay_ms_ = _fit_network_delay(draft, ops, cfg)
         trusts = [f.service_time_ms.trust for f in self.operators_.values()] + \
-                 [f.selectivity.trust for f in self.edges_.values()]
+                 [f.selectivity.trust for f in self.edges_.values()] + \
+                 [f.trust for f in self.sources_.values()]
         self.trust_ = float(min(trusts)) if trusts else 0.0
         self.model_ = self._assemble(topology, self.network_delay_ms_.value if self.network_delay_ms_ else
                                      topology.network_delay_ms, with_section=True)
@@ -262,9 +335,12 @@ class Calibrator:
 
     def _assemble(self, topology: JobModel, network_delay_ms: float, with_section: bool = False) -> JobModel:
         operators = []
+        sources = getattr(self, "sources_", {})
         for spec in topology.operators:
             fit = self.operators_.get(spec.name)
             if fit is None:
+                if spec.name in sources:
+                    spec = replace(spec, cpu_ms_per_tuple=sources[spec.name].value)
                 operators.append(spec)
                 continue
             operators.append(replace(
@@ -304,6 +380,12 @@ class Calibrator:
                                  "count": fit.keys.count, "hot_share_error": fit.hot_share_error}
             edges[f"{u}->{v}"] = entry
         section: dict[str, Any] = {"trust": getattr(self, "trust_", None), "operators": ops, "edges": edges}
+        sources = getattr(self, "sources_", {})
+        if sources:
+            section["sources"] = {name: {"cpu_ms_per_tuple": fit.to_dict()} for name, fit in sources.items()}
+            idle = getattr(self, "engine_idle_cores_", None)
+            if idle is not None:
+                section["engine_idle_cores"] = idle
         delay = getattr(self, "network_delay_ms_", None)
         if delay is not None:
             section["network_delay_ms"] = delay.to_dict()
@@ -375,14 +457,24 @@ def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig
 
 
 def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
-                    fits: Mapping[str, OperatorFit]) -> dict[str, OperatorFit]:
+                    fits: Mapping[str, OperatorFit], engine_cpu: pd.DataFrame | None = None,
+                    sources: Mapping[str, ParameterFit] | None = None, idle_cores: float | None = None
+                    ) -> tuple[dict[str, OperatorFit], dict[str, ParameterFit], float | None]:
     """Base service time and CPU share per operator under shared cores (module docstring, "CPU
-    share"): alternate the model's stretch per window with a weighted line per operator."""
+    share"): the model's stretch per window against the measured services, least squares.
+
+    With ``engine_cpu`` and ``sources`` (their first ``_fit_source_cpu``, the start), the sources'
+    CPU per tuple (one for all of them) and the engine's idle CPU (free only when
+    ``idle_cores`` is not None: the rates were spread enough for a line) join the parameters, and
+    the engine's CPU per window joins the residuals: idle + cost x generated rate + every
+    operator's processed rate x base service x share. Returns (operator fits, source fits, idle
+    cores); the last two as given without them."""
     from modeler.queueing import compile_model, core_stretch
 
+    sources = dict(sources or {})
     windows, compiled, P, R = _window_inputs(model, ops)
     if not windows:
-        return {}
+        return {}, sources, idle_cores
     row_of = {w: i for i, w in enumerate(windows)}
     measured: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for name, fit in fits.items():
@@ -397,37 +489,68 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
         measured[name] = (idx, service[ok], rate[ok])
     names = [n for n, (idx, _, _) in measured.items() if len(idx) >= cfg.min_windows]
     if not names:
-        return {}
+        return {}, sources, idle_cores
     cols = [compiled.index[n] for n in names]
+    n_ops = len(names)
+
+    # The engine's CPU per window (joint fit with the sources' cost), where it was measured.
+    joint = bool(sources) and engine_cpu is not None
+    if joint:
+        cpu = engine_cpu.groupby("window_start")["cpu_cores"].mean()
+        cpu_rows = np.array([row_of[w] for w in windows if w in cpu.index], dtype=np.int64)
+        cpu_measured = np.array([cpu.loc[windows[i]] for i in cpu_rows], dtype=float)
+        keep = np.isfinite(cpu_measured) & (cpu_measured > 0) & (R[cpu_rows] > 0)
+        cpu_rows, cpu_measured = cpu_rows[keep], cpu_measured[keep]
+        processed = ops.pivot_table(index="window_start", columns="operator", values="processed_rate", aggfunc="sum")
+        flows = np.zeros((len(cpu_rows), len(compiled.names)))
+        for j, name in enumerate(compiled.names):
+            if name in processed.columns:
+                flows[:, j] = np.nan_to_num(processed.reindex([windows[i] for i in cpu_rows])[name].to_numpy(float))
+        joint = len(cpu_rows) >= cfg.min_windows
+    source_names = tuple(sources)
 
     def with_params(theta: np.ndarray) -> JobModel:
-        values = dict(zip(names, zip(theta[: len(names)], theta[len(names):])))
+        values = dict(zip(names, zip(theta[:n_ops], theta[n_ops:2 * n_ops])))
         return replace(model, operators=tuple(
             replace(op, service_time_ms=float(values[op.name][0]), cpu_share=float(values[op.name][1]))
-            if op.name in values else op for op in model.operators))
+            if op.name in values else
+            replace(op, cpu_ms_per_tuple=float(theta[2 * n_ops])) if joint and op.name in source_names else op
+            for op in model.operators))
 
     def stretches(theta: np.ndarray) -> np.ndarray:
         return core_stretch(compile_model(with_params(theta)), P, R)
+
+    def engine_cpu_of(theta: np.ndarray) -> np.ndarray:
+        c = compile_model(with_params(theta))
+        work = c.service_at(P[cpu_rows]) * np.asarray(c.cpu_share)[None, :]
+        return theta[2 * n_ops + 1] + theta[2 * n_ops] / 1000.0 * R[cpu_rows] + (flows * work).sum(axis=1)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         f = stretches(theta)
         out = []
         for k, (name, j) in enumerate(zip(names, cols)):
             idx, service, weight = measured[name]
-            pred = theta[k] * (1.0 + theta[len(names) + k] * (f[idx, j] - 1.0))
+            pred = theta[k] * (1.0 + theta[n_ops + k] * (f[idx, j] - 1.0))
             out.append(np.sqrt(weight / weight.sum()) * (pred - service) / service)
+        if joint:  # weighted like one operator's windows
+            out.append(np.sqrt(1.0 / len(cpu_rows)) * (engine_cpu_of(theta) - cpu_measured) / cpu_measured)
         return np.concatenate(out)
 
     # Start from each operator's least-stretched service, all CPU (the most contention the
     # windows could show): an operator whose windows differ too little in stretch even then
     # cannot tell its CPU share, which stays the topology's.
     start_s = np.array([float(np.min(measured[n][1])) for n in names])
-    start_f = stretches(np.concatenate([start_s, np.ones(len(names))]))
+    extra0 = np.array([next(iter(sources.values())).value, idle_cores or 0.0]) if joint else np.zeros(0)
+    start_f = stretches(np.concatenate([start_s, np.ones(n_ops), extra0]))
     free = np.array([np.ptp(start_f[measured[n][0], j]) >= cfg.min_stretch_range for n, j in zip(names, cols)])
     fixed_c = np.array([model.operator(n).cpu_share for n in names])
-    lo = np.concatenate([np.full(len(names), 1e-9), np.where(free, 0.0, fixed_c - 1e-12)])
-    hi = np.concatenate([np.full(len(names), np.inf), np.where(free, 1.0, fixed_c + 1e-12)])
+    lo = np.concatenate([np.full(n_ops, 1e-9), np.where(free, 0.0, fixed_c - 1e-12)])
+    hi = np.concatenate([np.full(n_ops, np.inf), np.where(free, 1.0, fixed_c + 1e-12)])
     theta0 = np.concatenate([start_s, np.where(free, 0.5, fixed_c)])
+    if joint:
+        lo = np.concatenate([lo, [1e-9, 0.0 if idle_cores is not None else -1e-12]])
+        hi = np.concatenate([hi, [np.inf, np.inf if idle_cores is not None else 1e-12]])
+        theta0 = np.concatenate([theta0, extra0])
     result = least_squares(residuals, np.clip(theta0, lo, hi), bounds=(lo, hi), x_scale="jac",
                            max_nfev=cfg.cpu_max_evaluations)
     theta = result.x
@@ -435,7 +558,7 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
     out: dict[str, OperatorFit] = {}
     for k, (name, j) in enumerate(zip(names, cols)):
         idx, service, weight = measured[name]
-        share = float(theta[len(names) + k]) if free[k] else float(fixed_c[k])
+        share = float(theta[n_ops + k]) if free[k] else float(fixed_c[k])
         base = service / (1.0 + share * (f[idx, j] - 1.0))  # each window's service without the wait for a core
         s_fit = _weighted_ratio_fit(base * weight, weight, base, cfg.folds)
         pred = float(theta[k]) * (1.0 + share * (f[idx, j] - 1.0))
@@ -443,7 +566,91 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
                              holdout_error=float(np.median(np.abs(pred - service) / service)) if free[k]
                              else float("nan"), source="measured" if free[k] else "assumed")
         out[name] = replace(fits[name], service_time_ms=replace(s_fit, value=float(theta[k])), cpu_share=c_fit)
-    return out
+    if joint:
+        cost, idle = float(theta[2 * n_ops]), float(theta[2 * n_ops + 1])
+        operators_cpu = engine_cpu_of(theta) - idle - cost / 1000.0 * R[cpu_rows]
+        per_window = (cpu_measured - operators_cpu - idle) / R[cpu_rows] * 1000.0
+        error = float(np.median(np.abs(engine_cpu_of(theta) - cpu_measured) / cpu_measured))
+        fit = ParameterFit(value=cost, samples=int(len(cpu_rows)), spread=_spread(per_window),
+                           holdout_error=error, source="measured")  # in-sample, as the shares'
+        sources = {name: fit for name in source_names}
+        idle_cores = idle if idle_cores is not None else None
+    return out, sources, idle_cores
+
+
+def _fit_measured_source_cpu(model: JobModel, ops: pd.DataFrame, source_cpu: pd.DataFrame,
+                             cfg: CalibrationConfig) -> dict[str, ParameterFit]:
+    """The sources' CPU per generated tuple, ms, from their own threads' CPU (module docstring,
+    "A source's CPU"): sum of CPU / sum of tuples over the windows with traffic, K-fold holdout.
+    {} when no source lacks a service time or fewer than ``min_windows`` windows have both."""
+    sources = [op.name for op in model.sources if op.service_time_ms is None]
+    if not sources or model.cores is None:
+        return {}
+    cpu = source_cpu.groupby("window_start")["cpu_cores"].mean()
+    windows, _, _, rate = _window_inputs(model, ops, sorted(set(cpu.index)))
+    if not windows:
+        return {}
+    used = cpu.loc[windows].to_numpy(float)
+    ok = np.isfinite(used) & (used >= 0) & np.isfinite(rate) & (rate > 0)
+    if ok.sum() < cfg.min_windows or used[ok].sum() <= 0:
+        return {}
+    ms = used[ok] * 1000.0  # core-ms per second
+    fit = _weighted_ratio_fit(ms, rate[ok], ms / rate[ok], cfg.folds)
+    return {name: fit for name in sources}
+
+
+def _fit_source_cpu(model: JobModel, ops: pd.DataFrame, engine_cpu: pd.DataFrame,
+                    cfg: CalibrationConfig) -> tuple[dict[str, ParameterFit], float | None]:
+    """The sources' CPU per generated tuple, ms (module docstring, "A source's CPU"), and the
+    engine's idle CPU (cores) when a line was fitted. ({}, None) when no source lacks a service
+    time, no window has both a measured CPU and traffic, or the sources' CPU is not positive."""
+    sources = [op.name for op in model.sources if op.service_time_ms is None]
+    if not sources or model.cores is None:
+        return {}, None
+    cpu = engine_cpu.groupby("window_start")["cpu_cores"].mean()
+    windows, compiled, P, rate = _window_inputs(model, ops, sorted(set(cpu.index)))
+    if not windows:
+        return {}, None
+    # The operators' CPU work per window: what they processed x base service at the window's
+    # parallelism x CPU share (core-seconds per second). The stretch is wall time waiting for a
+    # core, not CPU, so it is not in it.
+    work = compiled.service_at(P) * np.asarray(compiled.cpu_share)[None, :]
+    processed = ops.pivot_table(index="window_start", columns="operator", values="processed_rate", aggfunc="sum")
+    operators_cpu = np.zeros(len(windows))
+    for j, name in enumerate(compiled.names):
+        if compiled.service_s[j] > 0 and name in processed.columns:
+            operators_cpu += np.nan_to_num(processed.loc[windows, name].to_numpy(float)) * work[:, j]
+    measured = cpu.loc[windows].to_numpy(float)
+    ok = np.isfinite(measured) & np.isfinite(rate) & (rate > 0)
+    if ok.sum() < cfg.min_windows:
+        return {}, None
+    x, y = rate[ok], measured[ok] - operators_cpu[ok]
+    idle: float | None = None
+    slope = float("nan")
+    if x.max() >= cfg.source_cpu_min_rate_ratio * x.min():
+        slope, intercept = np.polyfit(x, y, 1)
+        if slope > 0 and intercept >= 0:
+            idle = float(intercept)
+    if idle is None:
+        slope, intercept = float(y.sum() / x.sum()), 0.0
+    if not slope > 0:
+        return {}, None
+    # Trust: how well the cost (and idle CPU) reproduce each window's sources' CPU, by K-fold.
+    per_window = y / x
+    errors = []
+    k = min(cfg.folds, len(x))
+    if k >= 2:
+        fold_of = np.arange(len(x)) % k
+        for f in range(k):
+            train, test = fold_of != f, fold_of == f
+            if idle is not None and np.ptp(x[train]) > 0:
+                b, a = np.polyfit(x[train], y[train], 1)
+            else:
+                b, a = y[train].sum() / x[train].sum(), 0.0
+            errors.extend(np.abs(a + b * x[test] - y[test]) / np.maximum(np.abs(y[test]), 1e-12))
+    fit = ParameterFit(value=float(slope) * 1000.0, samples=int(len(x)), spread=_spread(per_window),
+                       holdout_error=float(np.median(errors)) if errors else float("nan"), source="measured")
+    return {name: fit for name in sources}, idle
 
 
 def _fit_light_service_time(rows: pd.DataFrame, cfg: CalibrationConfig) -> ParameterFit | None:
@@ -708,7 +915,8 @@ def _fit_edge(spec: EdgeSpec, ops: pd.DataFrame, edges: pd.DataFrame, topology: 
     if grouping == "key" or (grouping == "shuffle" and spec.keys is None and _looks_skewed(observed, cfg)):
         if observed:
             keys, error = fit_key_distribution(observed, target.max_parallelism,
-                                               noise=_hot_share_noise(ops, spec.target))
+                                               noise=_hot_share_noise(ops, spec.target),
+                                               tuples=_hot_share_tuples(ops, spec.target))
             grouping = "key"
     return EdgeFit(selectivity=selectivity, grouping=grouping, keys=keys, hot_share_error=error)
 
@@ -724,6 +932,56 @@ def _hot_shares(ops: pd.DataFrame, operator: str) -> dict[int, float]:
     grouped = rows.groupby("parallelism").apply(
         lambda g: np.average(g["max_instance_share"], weights=g["processed_rate"]), include_groups=False)
     return {int(p): float(s) for p, s in grouped.items()}
+
+
+def _hot_share_tuples(ops: pd.DataFrame, operator: str) -> dict[int, np.ndarray] | None:
+    """Tuples the operator processed in each window ``_hot_shares`` averages, per parallelism
+    (processed rate x window length); None without window lengths."""
+    if "max_instance_share" not in ops.columns or "window_s" not in ops.columns:
+        return None
+    rows = ops[(ops["operator"] == operator) & np.isfinite(ops["max_instance_share"].to_numpy(float))
+               & (ops["processed_rate"] > 0)]
+    out = {int(p): (g["processed_rate"].to_numpy(float) * g["window_s"].to_numpy(float))
+           for p, g in rows.groupby("parallelism")}
+    return out if all(np.isfinite(n).all() and (n > 0).all() for n in out.values()) else None
+
+
+_MAX_SHARE_DRAWS = 4096
+"""Common random draws behind ``expected_hot_share`` (fixed seed: calibration stays a pure
+function of its input). Its Monte Carlo error is ~0.6 sigma / 64 of the shares' sampling
+error sigma, ~1e-4 of a share at 1,000 tuples per window: below ``_SHARE_NOISE_FLOOR``."""
+
+
+def expected_hot_share(shares: np.ndarray, tuples: np.ndarray, draws: np.ndarray | None = None) -> np.ndarray:
+    """The expected *measured* hottest-instance share, averaged over windows weighted by their
+    tuples, for instance shares ``shares`` [..., p] (each row sums to 1) and windows of
+    ``tuples`` [W] tuples each: sum_w n_w E[max_i X_i / n_w] / sum_w n_w with X ~ Multinomial(n_w,
+    shares) (each tuple's key drawn independently, ``modeler.keys``' assumption). The maximum of
+    sampled shares is biased upwards (at equal shares 1/2 and n tuples, by sqrt(2 / pi) x
+    0.5 / sqrt(n): +0.006 at 4,000 tuples), so a fit to the measured hottest shares that ignores
+    it reads skew into even key groups. The sampling is taken as Gaussian with the multinomial's
+    covariance (diag(s) - s s^T) / n, on ``draws`` [M, p] standard normals (common to every call:
+    the fit compares candidates on the same draws)."""
+    s = np.asarray(shares, dtype=float)
+    p = s.shape[-1]
+    if draws is None:
+        draws = np.random.default_rng(0).standard_normal((_MAX_SHARE_DRAWS, p))
+    n = np.asarray(tuples, dtype=float)
+    root = np.sqrt(s)
+    # X = sqrt(s) Z - s (sqrt(s) . Z): covariance diag(s) - s s^T for Z ~ N(0, I) (sum s = 1).
+    z = draws[:, :p]
+    proj = np.einsum("mp,...p->...m", z, root)  # [..., M]
+    # Instance-major [p, ..., M]: the maximum over instances as p - 1 contiguous elementwise
+    # maxima (a reduction over a short last axis was 20x slower).
+    unit = [root[..., i, None] * z[:, i] - s[..., i, None] * proj for i in range(p)]
+    out = np.zeros(s.shape[:-1])
+    for n_w in n:
+        scale = 1.0 / np.sqrt(n_w)
+        best = s[..., 0, None] + unit[0] * scale
+        for i in range(1, p):
+            np.maximum(best, s[..., i, None] + unit[i] * scale, out=best)
+        out = out + n_w * best.mean(axis=-1)
+    return out / n.sum()
 
 
 def _hot_share_noise(ops: pd.DataFrame, operator: str) -> float:
@@ -752,25 +1010,46 @@ def _looks_skewed(observed: Mapping[int, float], cfg: CalibrationConfig) -> bool
 
 
 def fit_key_distribution(observed: Mapping[int, float], max_parallelism: int,
-                         noise: float = _SHARE_NOISE) -> tuple[KeySpec, float]:
+                         noise: float = _SHARE_NOISE, tuples: Mapping[int, np.ndarray] | None = None
+                         ) -> tuple[KeySpec, float]:
     """The Zipf key distribution whose hottest-instance share (through Flink's key groups)
     best matches ``observed`` ({parallelism: hottest share}); fits within ``noise`` (absolute
-    share) of the best count as equally good. Returns (KeySpec, mean abs error)."""
+    share) of the best count as equally good. Returns (KeySpec, mean abs error).
+
+    With ``tuples`` ({parallelism: tuples per window}, the windows behind ``observed``'s
+    tuple-weighted means) a candidate is compared by the hottest share those windows would
+    *measure* (``expected_hot_share``: the maximum of sampled shares, biased upwards), not by its
+    true hottest share: on ``accuracy``'s random-2 (even key groups, 2,400-5,800 tuples per
+    window) the measured hottest shares were 0.505 and 0.341 for true 0.500 and 0.336, and the
+    fit without the correction read skew into them (hottest share +2 to +4 % at unseen
+    parallelisms 5-6: the max rate 2-4 % low, which at 0.95 load is most of the latency)."""
     ps = sorted(p for p in observed if 1 <= p <= max_parallelism)
     target = np.array([observed[p] for p in ps])
-    fits: list[tuple[float, KeySpec]] = []
-    for count in _ZIPF_COUNTS:
-        for exponent in _ZIPF_EXPONENTS:
-            spec = KeySpec(distribution="zipf", exponent=float(exponent), count=count)
-            g = key_group_weights(spec, max_parallelism)
-            model = np.array([instance_shares(g, p).max() for p in ps])
-            fits.append((float(np.mean(np.abs(model - target))), spec))
+    # The Zipf grid, and "many uniform keys" (count None: every key group equally loaded), the
+    # grid's limit as the key count grows at exponent 0, which no finite count reaches: 100,000
+    # uniform keys hashed into 128 key groups load them unevenly by ~3.6 % (a hottest share of
+    # 0.176 at p = 6 where even groups give 0.172, 22 of 128).
+    candidates = [KeySpec(distribution="zipf", exponent=float(exponent), count=count)
+                  for count in _ZIPF_COUNTS for exponent in _ZIPF_EXPONENTS] + [KeySpec(distribution="uniform")]
+    model = np.zeros((len(candidates), len(ps)))
+    for j, p in enumerate(ps):
+        shares = np.array([instance_shares(key_group_weights(spec, max_parallelism), p) for spec in candidates])
+        if tuples is not None and p > 1 and p in tuples:
+            draws = np.random.default_rng(0).standard_normal((_MAX_SHARE_DRAWS, p))
+            step = max(1, 2_000_000 // (_MAX_SHARE_DRAWS * p))  # candidates at once: ~16 MB of draws
+            for a in range(0, len(candidates), step):
+                model[a:a + step, j] = expected_hot_share(shares[a:a + step], tuples[p], draws)
+        else:
+            model[:, j] = shares.max(axis=1)
+    fits: list[tuple[float, KeySpec]] = [(float(np.mean(np.abs(m - target))), spec)
+                                         for m, spec in zip(model, candidates)]
     # A few hottest shares rarely identify the distribution: many (exponent, count) pairs fit
     # within the measurement noise. Among those, prefer the most keys (real key spaces are large,
-    # and a small key set that happens to fit extrapolates to other parallelisms badly).
+    # and a small key set that happens to fit extrapolates to other parallelisms badly); "many
+    # uniform keys" is the most keys of all (even key groups: no skew beyond the sampling's).
     best = min(err for err, _ in fits)
     close = [(err, spec) for err, spec in fits if err <= best + noise]
-    err, spec = max(close, key=lambda f: (f[1].count, -f[0]))
+    err, spec = max(close, key=lambda f: (np.inf if f[1].count is None else f[1].count, -f[0]))
     return spec, err
 
 
@@ -856,6 +1135,8 @@ def flink_buffer_tuples(record_bytes: float, upstream_parallelism: int, buffers_
 
 
 def calibrate(operator_windows: pd.DataFrame, edge_windows: pd.DataFrame, topology: JobModel | None = None,
-              config: CalibrationConfig | None = None, job: str | None = None) -> JobModel:
+              config: CalibrationConfig | None = None, job: str | None = None,
+              engine_cpu: pd.DataFrame | None = None, source_cpu: pd.DataFrame | None = None) -> JobModel:
     """Convenience: fit and return the calibrated model."""
-    return Calibrator(config).fit(operator_windows, edge_windows, topology, job=job).model_
+    return Calibrator(config).fit(operator_windows, edge_windows, topology, job=job, engine_cpu=engine_cpu,
+                                  source_cpu=source_cpu).model_

@@ -11,7 +11,7 @@ YAML or JSON, same content::
     resources: {cores: 2}            # optional: the cores every instance shares (or
                                      # {taskmanagers: 1, cores_per_taskmanager: 2})
     operators:
-      - {name: source, role: source, parallelism: 1}
+      - {name: source, role: source, parallelism: 1, cpu_ms_per_tuple: 0.002}
       - {name: split, parallelism: 2, service_time_ms: 0.5, service_scv: 1.0,
          min_parallelism: 1, max_parallelism: 128}
       - {name: count, parallelism: 2, service_time_ms: 0.2, state_mb: 2000, cpu_share: 0.8}
@@ -39,7 +39,13 @@ buffers are unbounded: the model of every file without the key is unchanged.
 part of its service time that is CPU work; the rest (a sleep, an external call) is not slowed by
 other instances. With resources, CPU work of instances that outnumber the cores is shared among
 them (``modeler.queueing``, "Shared cores"); without them (the default) cores are unlimited and
-the model of every file without the key is unchanged.
+the model of every file without the key is unchanged. ``cpu_ms_per_tuple`` (sources only, ms of
+CPU per tuple the source generates or reads, optional) is a source's own CPU work, which engines
+report as no busy time (Flink's ``datagen``): with resources it competes for the cores like the
+operators' CPU work, and each source instance (one thread) generates at most 1 / (its stretched
+cost) tuples/s; without resources it is ignored (unlimited cores, the model as before). A source
+gives either ``cpu_ms_per_tuple`` or a ``service_time_ms`` (whose ``cpu_share`` part is its CPU
+work), not both.
 
 ``require_profiles=False`` accepts a *topology file*: the same format without service times,
 which calibration fills in.
@@ -72,6 +78,7 @@ _TOP_KEYS = {
 _OPERATOR_KEYS = {
     "name", "role", "parallelism", "service_time_ms", "service_scv", "min_parallelism",
     "max_parallelism", "rate_share", "arrival_scv", "scaling", "state_mb", "cpu_share",
+    "cpu_ms_per_tuple",
 }
 _RESOURCES_KEYS = {"cores", "taskmanagers", "cores_per_taskmanager"}
 _EDGE_KEYS = {"from", "to", "grouping", "selectivity", "keys", "buffer_tuples"}
@@ -152,6 +159,12 @@ class OperatorSpec:
     cpu_share: float = 1.0
     """Part of the service time that is CPU work, 0-1 (1 = all of it; 0 = a wait that uses no
     core, e.g. an external call). Only matters when the job's ``cores`` are given."""
+    cpu_ms_per_tuple: float | None = None
+    """Sources only: CPU work per tuple one source instance generates (or reads), ms of one core
+    at full speed; None = none counted. Engines report a generating source's time as no busy
+    time, yet it uses the cores the operators share: with the job's ``cores`` given it competes
+    for them, and one instance (one thread) generates at most 1 / (this cost, stretched by
+    sharing) tuples/s (``modeler.queueing``, "Shared cores"). Ignored without ``cores``."""
 
     @property
     def is_source(self) -> bool:
@@ -458,10 +471,17 @@ def _parse_operator(ctx: _Ctx, raw: Any, i: int, require_profiles: bool) -> Oper
     scaling = _parse_scaling(ctx, raw["scaling"], f"{where}.scaling") if "scaling" in raw else ScalingSpec()
     state = ctx.number(raw, "state_mb", where, 0.0, non_negative=True)
     cpu_share = ctx.number(raw, "cpu_share", where, 1.0, non_negative=True, maximum=1.0)
+    source_cpu = ctx.number(raw, "cpu_ms_per_tuple", where, None, positive=True, allow_none=True)
+    if source_cpu is not None and role != "source":
+        raise ctx.fail("only sources have a cpu_ms_per_tuple (an operator's CPU work is its "
+                       "service_time_ms x cpu_share)", f"{where}.cpu_ms_per_tuple", source_cpu)
+    if source_cpu is not None and service is not None:
+        raise ctx.fail("a source with a service_time_ms already has its CPU work (service_time_ms x "
+                       "cpu_share): give one or the other", f"{where}.cpu_ms_per_tuple", source_cpu)
     return OperatorSpec(
         name=name, role=role, parallelism=parallelism, service_time_ms=service, service_scv=scv,
         min_parallelism=min_p, max_parallelism=max_p, rate_share=share, arrival_scv=arrival_scv,
-        scaling=scaling, state_mb=state, cpu_share=cpu_share,
+        scaling=scaling, state_mb=state, cpu_share=cpu_share, cpu_ms_per_tuple=source_cpu,
     )
 
 
@@ -662,6 +682,8 @@ def model_to_dict(model: JobModel) -> dict[str, Any]:
             raw["state_mb"] = op.state_mb
         if op.cpu_share != 1.0:
             raw["cpu_share"] = op.cpu_share
+        if op.cpu_ms_per_tuple is not None:
+            raw["cpu_ms_per_tuple"] = op.cpu_ms_per_tuple
         ops.append(raw)
     edges = []
     for e in model.edges:

@@ -108,6 +108,11 @@ What is modelled (``docs/design.md`` section 2), and the assumptions:
    below 0.6, docs/design.md); nothing else (network threads, garbage collection) uses the
    cores unless calibration folds it into the service; the stretch is a mean, its variance is
    not added to the service's.
+   A source's own CPU (``cpu_ms_per_tuple``: a generator such as Flink's ``datagen``, which
+   engines report as no busy time) makes it one more station of this model: all CPU work,
+   stretched like the rest and stretching the rest, its hottest instance (one thread) at
+   utilization 1 bounding ``max_rate`` (it may be the bottleneck); it adds no service, wait or
+   utilization of its own (a generator is no queue). Without it nothing here changes.
    Closed forms it meets: one operator with cpu_share 1 saturates at K / E[S] once its
    instances outnumber the cores; instances that do not outnumber the cores are never stretched
    (the model without ``resources``, bit for bit); ``cpu_share`` 0 makes the cores irrelevant.
@@ -379,7 +384,22 @@ class _CopyPairs:
     delta: np.ndarray
     """The branches' mean service-time difference, seconds [K] (base service times: a constant
     of the model, so the terms at v depend on v's own parallelism only, as the planner's
-    per-operator evaluation needs)."""
+    per-operator evaluation needs).
+
+    Known gap near saturation (issue 27, ``experiments/saturation_diag.py``): the discount is
+    too strong where the merge is busy and the branches' lag is short. Testbed, the fork above
+    with c at 0.2-0.95 utilization, six shapes (c with 1-2 instances, shuffle or key, the direct
+    branch at selectivity 0.5, a at 0.5-4 ms for c's 1-2 ms): c's sojourn is 0.3-15 % short
+    (-15 % at 0.95 where a and c both take 1 ms); on ``accuracy``'s random-2 a merge with one
+    instance at 0.85 (op2, op3) is 3-10 % short, -3 to -6 % end to end, against long runs at the
+    same rate. The queue's busy period E[S]/(1 - rho) in place of E[S] for the merge's own wait
+    (the dispersion passed on unchanged, so the planner's floor would keep its pair term) was
+    within -9 to +3 % on five of the six shapes and brought the random DAGs' bias to -2 to
+    +1 %, but +15 to +24 % at 0.8-0.95 where a takes 4 ms for c's 2 ms: a then queues at c's
+    utilization and the lag between copies grows with a's wait as fast as the busy period
+    grows, so the lag would have to include the branches' waits, which the per-operator
+    evaluation excludes (see above). Not adopted. (``saturation_diag --fork`` reruns the sweep
+    for the model as it is.)"""
     merges: tuple[int, ...]
     """The merges with at least one term, increasing."""
 
@@ -501,6 +521,10 @@ class CompiledModel:
     shared cores, bit for bit)."""
     cpu_share: np.ndarray | None = None
     """Per operator, the part of its service time that is CPU work (0-1)."""
+    source_cpu_s: np.ndarray | None = None
+    """Per operator, a source's CPU work per tuple one instance generates, seconds
+    (``cpu_ms_per_tuple``; 0 for the others). None when no source has one or the cores are
+    unlimited (then the model is the one before source CPU, bit for bit)."""
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -619,6 +643,7 @@ def compile_model(model: JobModel, *, copies_correlated: bool = True) -> Compile
     forward.add_nodes_from(range(len(order)))
     forward.add_edges_from((index[e.source], index[e.target]) for e in model.edges if e.grouping == "forward")
     groups = tuple(tuple(sorted(c)) for c in nx.connected_components(forward) if len(c) > 1)
+    source_cpu = np.array([(op.cpu_ms_per_tuple or 0.0) / 1000.0 if op.is_source else 0.0 for op in specs])
     return CompiledModel(
         model=model,
         names=order,
@@ -636,6 +661,7 @@ def compile_model(model: JobModel, *, copies_correlated: bool = True) -> Compile
         copies_correlated=copies_correlated,
         cores=model.cores,
         cpu_share=np.array([op.cpu_share for op in specs]),
+        source_cpu_s=source_cpu if model.cores is not None and source_cpu.any() else None,
     )
 
 
@@ -976,7 +1002,10 @@ def cpu_work_per_tuple(compiled: CompiledModel, parallelism: np.ndarray) -> np.n
     P = np.atleast_2d(np.asarray(parallelism, dtype=np.int64))
     visit = _traffic(compiled, P)[0]
     cpu = compiled.cpu_share if compiled.cpu_share is not None else np.ones(P.shape[1])
-    return (visit * compiled.service_at(P) * cpu).sum(axis=1)
+    work = visit * compiled.service_at(P) * cpu
+    if compiled.source_cpu_s is not None:  # the sources' own CPU work per tuple they generate
+        work = work + visit * compiled.source_cpu_s
+    return work.sum(axis=1)
 
 
 @dataclass
@@ -1001,9 +1030,19 @@ class _SharedCores:
     def __post_init__(self) -> None:
         c = self.compiled
         self.cap = c.service_s > 0
-        # Instances that compute: every instance of an operator with a service time.
-        self.instances = (self.Pf * self.cap).sum(axis=1)
         self.cpu = np.where(self.cap, c.cpu_share, 0.0)
+        if c.source_cpu_s is not None:
+            # A source's generation (``cpu_ms_per_tuple``) is a station of the cores' model: all
+            # CPU work, stretched like the operators' and stretching theirs, and its hottest
+            # instance (one thread) at utilization 1 bounds the rate. Sources have no service
+            # time of their own (the model file allows one or the other), so nothing is replaced.
+            gen = c.source_cpu_s > 0
+            self.ES = np.where(gen, c.source_cpu_s, self.ES)
+            self.cap = self.cap | gen
+            self.cpu = np.where(gen, 1.0, self.cpu)
+        # Instances that compute: every instance of an operator with a service time (and of a
+        # source with CPU work).
+        self.instances = (self.Pf * self.cap).sum(axis=1)
         # The stretch at the highest rate solved so far without saturation, per row: a lower
         # bound on the stretch at every higher rate (the map rises with the rate), so the
         # iteration at such a rate may start there (``max_rate`` probes rising rates).
@@ -1042,6 +1081,13 @@ class _SharedCores:
         self._known_stretch = np.where(solved[:, None], stretch, self._known_stretch)
         self.last_stretch = stretch
         return self.ES + work * (stretch - 1.0)
+
+    def plain_max_rate(self, hot_share: np.ndarray) -> np.ndarray:
+        """The max rate [n] without any stretch (every computing instance alone on a core): an
+        upper bound on the shared-core one, which ``max_rate`` starts from."""
+        load = np.where(self.cap, self.visit * hot_share * self.ES, 0.0).max(axis=1)
+        with np.errstate(divide="ignore"):
+            return np.where(load > 0, 1.0 / np.where(load > 0, load, 1.0), np.inf)
 
     def stretch_at(self, rate: np.ndarray) -> np.ndarray:
         """The stretch itself [n, V] at input rate ``rate`` [n] (``at``'s fixed point)."""
@@ -1622,11 +1668,7 @@ def core_stretch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.ndar
     ES = compiled.service_at(P)
     visit, classes, _, hot_share = _traffic(compiled, P)
     cores = _SharedCores(compiled, classes, visit, ES, P.astype(float))
-    has_capacity = compiled.service_s > 0
-    with np.errstate(divide="ignore"):
-        worst = np.where(has_capacity, visit * hot_share * ES, 0.0).max(axis=1)
-        plain = np.where(worst > 0, 1.0 / worst, np.inf)
-    max_rate = cores.max_rate(plain, hot_share)
+    max_rate = cores.max_rate(cores.plain_max_rate(hot_share), hot_share)
     return cores.stretch_at(np.minimum(R, max_rate * (1 - 1e-9)))
 
 
@@ -1652,10 +1694,18 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         # with the rate (see "Shared cores" in the module docstring). Service time as engines
         # measure it (busy time) includes the stretch, so it is the service from here on.
         cores = _SharedCores(compiled, classes, visit, ES, Pf)
+        if compiled.source_cpu_s is not None:
+            # A source's generation can bound the rate (one thread per instance, stretched).
+            max_rate = cores.plain_max_rate(hot_share)
         max_rate = cores.max_rate(max_rate, hot_share)
-        hot_load = np.where(has_capacity, visit * hot_share * cores.max_rate_service, 0.0)
+        # The bottleneck may be a source that cannot generate faster on the shared cores.
+        hot_load = np.where(cores.cap, visit * hot_share * cores.max_rate_service, 0.0)
         bottleneck = np.where(hot_load.max(axis=1) > 0, hot_load.argmax(axis=1), -1)
         ES = cores.at(np.minimum(R, max_rate))
+        if compiled.source_cpu_s is not None:
+            # Sources keep no service time: their generation is no queue a tuple waits in, and
+            # engines report no busy time for it (utilization 0, as without the field).
+            ES = np.where(has_capacity, ES, 0.0)
     cs2_rows = None
     busy_ES = ES
     if compiled.buffer_tuples is not None:

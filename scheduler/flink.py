@@ -32,6 +32,12 @@ whose operator names are the metric rows' (``operator_names``). Per subtask, one
   60 s window per minute (``ts`` = t - 60 s, ``window_s`` = 60, value = rate x 60) and only once
   every subtask has run for ``60 + 5 s + fetch interval`` since its (re)start.
 
+The TaskManagers' own CPU (``taskmanagers_cpu_s``: ``Status.JVM.CPU.Time`` of every
+``/taskmanagers/<id>/metrics``, cumulative ns) is read on request, not per window: a
+``cpu_sample`` waits for the REST cache to refresh so that its clock reading is when the value
+was fetched. Two samples around some windows give the engine's mean CPU over them (calibration's
+``engine_cpu``: the CPU a source uses that reports no busy time).
+
 Windows are aligned to a grid of ``window_s`` (``ts`` = window start, UTC). After a restart or a
 rescale (a vertex's parallelism or start time changed, or a record counter went backwards), the window
 spanning it is dropped and the next one starts ``settle_s`` after every subtask runs again.
@@ -68,6 +74,10 @@ COUNTERS = {
 }
 TIME_COUNTERS = ("accumulateBusyTimeMs", "accumulateBackPressuredTimeMs", "accumulateIdleTimeMs")
 LATENCY_SUM, LATENCY_COUNT, LATENCY_HIST = "e2eLatencySumMs", "e2eLatencyCount", "e2eLatencyMs"
+JVM_CPU_TIME = "Status.JVM.CPU.Time"
+"""A TaskManager's JVM process CPU time so far, ns (``/taskmanagers/<id>/metrics``; the
+operating system's count for the whole process: task threads, a legacy source's own thread,
+network, garbage collection, JIT compilation)."""
 RATES_SPAN_S = 60.0
 """Flink's MeterView / TimerGauge span: per-second gauges average the last 60 s."""
 RATES_REFRESH_S = 5.0
@@ -279,6 +289,33 @@ def _field(payload, key: str, where: str, kind, url: str | None):
     return value
 
 
+def taskmanager_ids(payload, url: str | None = None) -> list[str]:
+    """The TaskManager ids of a ``/taskmanagers`` payload; ``MetricsUnavailable`` naming the field
+    when it is not one (or lists none)."""
+    managers = _field(payload, "taskmanagers", "taskmanagers", list, url)
+    ids = [_field(tm, "id", f"taskmanagers[{i}].id", str, url) for i, tm in enumerate(managers)]
+    if not ids:
+        raise MetricsUnavailable("the cluster has no TaskManager", field="taskmanagers", value=managers)
+    return ids
+
+
+def jvm_cpu_time_ns(payload, url: str | None = None) -> int:
+    """``Status.JVM.CPU.Time`` of a ``/taskmanagers/<id>/metrics?get=...`` payload
+    (``[{"id": ..., "value": "<ns>"}]``); ``MetricsUnavailable`` naming it when absent or not a
+    non-negative integer."""
+    entries = payload if isinstance(payload, list) else []
+    found = [e.get("value") for e in entries if isinstance(e, dict) and e.get("id") == JVM_CPU_TIME]
+    value = found[0] if found else None
+    try:
+        ns = int(str(value))
+    except ValueError:
+        ns = -1
+    if ns < 0:
+        raise MetricsUnavailable(f"no JVM CPU time in the TaskManager's metrics{f' ({url})' if url else ''}",
+                                 field=JVM_CPU_TIME, value=value)
+    return ns
+
+
 def job_graph(job: dict, plan: dict, url: str | None = None) -> JobGraph:
     """The job graph of the JSON answers of ``GET /jobs/<id>`` (``job``: vertices, their
     parallelism, max parallelism, status, start time; the job's name, state and ``maxParallelism``)
@@ -433,6 +470,33 @@ class FlinkMetricsSource:
     def _metric_ids(self, vertex: Vertex) -> list[str]:
         ids = self._get(f"/jobs/{self.job_id}/vertices/{vertex.id}/subtasks/0/metrics") or []
         return [m["id"] for m in ids]
+
+    # ------------------------------------------------------------------ engine CPU
+    def taskmanagers_cpu_s(self) -> float:
+        """CPU seconds every TaskManager JVM of the cluster has used so far, summed
+        (``JVM_CPU_TIME``), as the REST layer last fetched them."""
+        ids = taskmanager_ids(self._get("/taskmanagers"), self.rest_url + "/taskmanagers")
+        total = 0
+        for tm in ids:
+            path = f"/taskmanagers/{urllib.parse.quote(tm, safe='')}/metrics?get={JVM_CPU_TIME}"
+            total += jvm_cpu_time_ns(self._get(path), self.rest_url + path)
+        return total / 1e9
+
+    def cpu_sample(self, poll_s: float = 0.1) -> tuple[float, float]:
+        """(host clock s, ``taskmanagers_cpu_s``) at a moment the REST cache refreshed: the value
+        is polled until it changes (at most ``fetch_interval_s`` + 1 s), so the clock reading is
+        when the metric was fetched to within ``poll_s``, not up to a fetch interval stale (over a
+        12 s span that staleness alone would be up to ~8 % of the CPU rate). Flink's metric
+        fetcher refreshes every TaskManager at once. A value that never changes (an idle
+        cluster) is returned with the time of the last poll."""
+        first = self.taskmanagers_cpu_s()
+        deadline = self._clock() + self.config.fetch_interval_s + 1.0
+        while self._clock() < deadline:
+            self._sleep(poll_s)
+            now = self.taskmanagers_cpu_s()
+            if now != first:
+                return self._clock(), now
+        return self._clock(), first
 
     # ------------------------------------------------------------------ sampling
     def sample(self) -> dict:

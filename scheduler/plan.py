@@ -1082,9 +1082,25 @@ def _solve(prob: _Problem) -> Plan:
         return _finish(prob, inc_vals, True, notes, True)
     if slo is None:
         return _finish(prob, None, False, ["no configuration within the bounds keeps every "
-                                           f"instance's utilization <= {U:g} (broadcast loads)"], True)
+                                           f"instance's utilization <= {U:g} ({_why_no_utilization(prob)})"], True)
     return _finish(prob, None, False, [f"no configuration within the bounds meets the latency SLO "
                                        f"{stat} <= {slo:g} ms (exhaustive search)"], True)
+
+
+def _why_no_utilization(prob: _Problem) -> str:
+    """Why adding instances never brings every utilization under the target: broadcast loads
+    grow with the receiver's parallelism; on shared cores every instance added slows the others'
+    CPU work, and a source's own CPU (``cpu_ms_per_tuple``) caps what it generates."""
+    if not prob.shared_cores:
+        return "broadcast loads"
+    why = "shared cores: an instance added slows every other's CPU work"
+    batch = prob.b_batch
+    gen = prob.c.source_cpu_s
+    if gen is not None and batch is not None and batch.saturated[0] and batch.bottleneck[0] >= 0 \
+            and gen[batch.bottleneck[0]] > 0:
+        why += (f"; at the utilization-minimal counts source {prob.c.names[batch.bottleneck[0]]} generates at "
+                f"most {float(batch.max_rate[0]):.4g} tuples/s (its cpu_ms_per_tuple on the shared cores)")
+    return why
 
 
 def _binding_notes(prob: _Problem, b: np.ndarray) -> list[str]:

@@ -58,6 +58,31 @@ REPORTER_FACTORY = "org.apache.flink.metrics.prometheus.LoopbackPrometheusReport
 LOOPBACK = "127.0.0.1"
 
 
+SOURCE_THREAD = "Legacy Source T"
+"""What ``/proc/<pid>/task/<tid>/comm`` (a thread name's first 15 characters) shows for a legacy
+``SourceFunction``'s own thread ('Legacy Source Thread - Source: bid[1] (1/1)#0'): Flink's SQL
+``datagen`` generates and serializes its rows there, outside the task's mailbox thread, which is
+why it reports no busy time."""
+
+
+def thread_cpu_s(stat: str, ticks_per_s: float) -> float:
+    """CPU seconds (user + system) of one ``/proc/<pid>/task/<tid>/stat`` line. The thread's
+    name may hold spaces and parentheses: the fields are counted after the last ')'
+    (utime and stime are fields 14 and 15 of proc(5))."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / ticks_per_s
+
+
+def machine_busy_cpu_s(proc_stat: str, ticks_per_s: float) -> float:
+    """CPU seconds every core of the machine has spent busy (not idle, not waiting for I/O) so
+    far, from ``/proc/stat``'s ``cpu`` line."""
+    for line in proc_stat.splitlines():
+        if line.startswith("cpu "):
+            values = [int(v) for v in line.split()[1:]]
+            return (sum(values[:8]) - values[3] - values[4]) / ticks_per_s
+    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+
+
 class FlinkClusterError(AuguryError):
     """The local Flink cluster could not be created, started or reached."""
 
@@ -498,6 +523,41 @@ class FlinkCluster:
             if marker in cmdline and b"java" in cmdline.split(b"\0", 1)[0]:
                 pids.append(int(entry.name))
         return sorted(pids)
+
+    def source_threads_cpu_s(self) -> float:
+        """CPU seconds used so far by the legacy source threads (``SOURCE_THREAD``) of this
+        cluster's TaskManagers, summed, read from ``/proc`` now (exact, unlike REST's cached
+        metrics). The datagen sources' own CPU, which no Flink metric reports. A thread that
+        ended (a cancelled job, a restart) drops out of the sum: compare two readings only
+        within one run of a job."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for pid in self.processes():
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                try:
+                    if not (task / "comm").read_text().startswith(SOURCE_THREAD):
+                        continue
+                    total += thread_cpu_s((task / "stat").read_text(), ticks)
+                except (OSError, IndexError, ValueError):
+                    continue  # the thread ended between the listing and the read
+        return total
+
+    def cpu_reading(self) -> dict[str, float]:
+        """CPU seconds so far, from ``/proc``: ``machine`` (every core, busy), ``cluster`` (this
+        cluster's JobManager and TaskManager processes) and ``source_threads``
+        (``source_threads_cpu_s``). Two readings over an interval say what the cores did: the
+        datagen thread near one core is a generator at its limit; the machine near all its
+        cores with the cluster well below them is other load taking cores the model counts
+        as the job's."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        cluster = 0.0
+        for pid in self.processes():
+            try:
+                cluster += thread_cpu_s(Path(f"/proc/{pid}/stat").read_text(), ticks)
+            except (OSError, IndexError, ValueError):
+                continue
+        return {"machine": machine_busy_cpu_s(Path("/proc/stat").read_text(), ticks), "cluster": cluster,
+                "source_threads": self.source_threads_cpu_s()}
 
     def stop(self) -> None:
         """Stop the JobManager and TaskManager; kill what is left. Safe to call repeatedly."""

@@ -18,7 +18,25 @@ For every example model (the testbed's ground truth):
    ~0.98 where the table said 0.85), then at loads of 10-95 % of that measured rate the throughput and the mean and p99
    end-to-end latency of every tuple reaching a sink (after a warm-up); and the throughput at
    1.3x the measured max rate (overload, where capping matters).
-3. **Predict** the same quantities with augury's calibrated model (``modeler.queueing.predict``)
+
+   **How long.** Near saturation a queue relaxes slowly (relaxation time ~ 4 E[S] / (1 - rho)^2
+   for M/M/1), so a fixed-length measurement of a mean waiting time gets noisier, and a fixed
+   warm-up from an empty start biases it lower, the closer the load is to 1. Each load point is
+   therefore warmed up and measured ``duration_factor(load) = min(cap, max(1, (0.5 / (1 -
+   load))^2))`` times the plan's base (full run: 10 s + 60 s; x2.8 at 0.7, x11.1 at 0.85, x25 at
+   0.95 where the rule would ask x100: the cap bounds the full run, 16 min wall / 10.5 min of CPU
+   on a shared 2-core machine (it was ~3.5 min), and leaves the 0.95 points ~2x noisier than the
+   others). Before this, every
+   point was 10 s + 60 s: at 0.95 on random-1 the 60 s measurement alone differed from 3 x
+   1,200 s runs at the same rate by 13 % (mean latency) and 25 % (p99) in median, more than the
+   model with the true profile did (3.3 %, 4.8 %; ``experiments/saturation_diag.py``). The max
+   rate, which places every load point, is measured over 600 s (it was 60 s: 0.7-0.8 % median,
+   up to 4 %, from a 1,200 s measurement; at 0.95 a 1 % error in it moves the latency ~20 %).
+   Every measured point carries its batch-means standard error (``measured_se``, ``batch_se``:
+   10 contiguous batches of the sink tuples or metric windows), and ``errors_by_band`` the median
+   relative one per band (``measured_rel_se``): what the ground truth's own noise is.
+3. **Predict** the same quantities (each model, and the true profile, against the same
+   measurement of each point) with augury's calibrated model (``modeler.queueing.predict``)
    and with re-implementations of Caladrius and DRS (``experiments.peer_models``) fed the same
    calibrated profile.
 
@@ -74,18 +92,97 @@ class Plan:
     record_s: float = 30.0
     """Length of each calibration recording (3 loads x 2 configurations per example)."""
     measure_s: float = 60.0
+    """Measured length of a load point at or below ``REFERENCE_LOAD``; longer above it
+    (``point_seconds``)."""
     warmup_s: float = 10.0
+    """Warm-up of a load point at or below ``REFERENCE_LOAD``; longer above it (``point_seconds``)."""
     max_rate_s: float = 30.0
+    saturation_cap: float = 1.0
+    """Largest ``duration_factor``: how much longer than at ``REFERENCE_LOAD`` a point near
+    saturation may be warmed up and measured (keeps the run's length bounded)."""
+
+    def point_seconds(self, load: float) -> tuple[float, float]:
+        """(warm-up, measured) simulated seconds of the load point at ``load`` (a fraction of the
+        measured max rate): ``warmup_s`` and ``measure_s`` times ``duration_factor``; a lengthened
+        one rounded up to whole metric windows (``measure`` counts the latencies and throughput of
+        complete windows: a warm-up ending mid-window would leave part of it in the measurement)."""
+        from experiments.testbed import TestbedConfig
+
+        f = duration_factor(load, self.saturation_cap)
+        if f == 1.0:
+            return self.warmup_s, self.measure_s
+        window = TestbedConfig().window_s
+        return tuple(math.ceil(base * f / window - 1e-9) * window for base in (self.warmup_s, self.measure_s))
+
+
+REFERENCE_LOAD = 0.5
+"""Load at and below which a point gets the plan's base warm-up and measured length."""
+
+
+def duration_factor(load: float, cap: float) -> float:
+    """How many times the base warm-up and measurement a load point at ``load`` gets:
+    ``min(cap, max(1, ((1 - REFERENCE_LOAD) / (1 - load))**2))``, and 1 at or above capacity
+    (``load >= 1``: only the throughput is measured there, which converges like the max rate).
+
+    Why: near saturation the queue's relaxation time grows like ``E[S] / (1 - sqrt(rho))**2 ~
+    4 E[S] / (1 - rho)**2`` (M/M/1; Abate and Whitt 1987), and with it both the sampling error of a
+    time-averaged waiting time (for M/M/1 the relative variance of the mean queue length over a
+    run of length T is ~``2 (1 + rho) / (rho mu T (1 - rho)**2)``: the same relative precision
+    needs T ~ 1/(1 - rho)**2) and the time an empty start takes to reach steady state (a short
+    warm-up biases the mean low). Scaling both by ``1/(1 - rho)**2`` relative to a load where the
+    base lengths are adequate keeps the relative error roughly constant across loads up to the
+    cap; above it (``rho`` > 1 - 0.5 / sqrt(cap)) the points are noisier than the rest, by
+    ``sqrt(factor the rule asks / cap)``."""
+    if not (math.isfinite(load) and load >= 0) or not cap >= 1:
+        raise ValueError(f"need a load >= 0 and a cap >= 1, got load={load!r}, cap={cap!r}")
+    if load >= 1.0:
+        return 1.0
+    return min(cap, max(1.0, ((1.0 - REFERENCE_LOAD) / (1.0 - load)) ** 2))
+
+
+SE_BATCHES = 10
+"""Contiguous batches a measurement is cut into for its batch-means standard error."""
+
+
+def batch_se(values, statistic=np.mean, batches: int = SE_BATCHES) -> float:
+    """Standard error of ``statistic`` over a correlated sequence (oldest first) by batch means:
+    cut it into ``batches`` contiguous batches of equal size (fewer, one value each, when the
+    sequence is shorter: a 60 s measurement has 6 metric windows), ``std(batch statistics,
+    ddof=1) / sqrt(batches)`` (a leftover shorter than a batch at the end is left out). Valid when
+    a batch is much longer than the sequence's correlation time (near saturation the queue's
+    relaxation time; shorter batches underestimate the error). NaN with fewer than two values."""
+    x = np.asarray(values, dtype=float)
+    batches = min(batches, len(x))
+    if batches < 2:
+        return math.nan
+    size = len(x) // batches
+    stats = [float(statistic(x[b * size:(b + 1) * size])) for b in range(batches)]
+    return float(np.std(stats, ddof=1) / math.sqrt(batches))
+
+
+def _p99(x) -> float:
+    return float(np.percentile(x, 99))
 
 
 QUICK = Plan(examples=("wordcount",), unseen_configs=2, loads=(0.2, 0.6, 0.9), record_s=20.0,
-             measure_s=20.0, warmup_s=5.0, max_rate_s=15.0)
+             measure_s=20.0, warmup_s=5.0, max_rate_s=15.0, saturation_cap=2.0)
 FULL = Plan(examples=("diamond", "pipeline", "wordcount"), unseen_configs=10,
             loads=(0.1, 0.3, 0.5, 0.7, 0.85, 0.95), record_s=30.0, measure_s=60.0, warmup_s=10.0,
-            max_rate_s=60.0)
+            max_rate_s=600.0, saturation_cap=25.0)
 # The full run: 10 unseen configurations per example (50 per load band; with 5, a band's
-# bootstrap interval at 0.95 spanned 0.4-62 %), each max rate measured over 60 s (at 0.95 of it a
-# 1 % error in the measured rate is ~20 % in latency; 30 s left ~0.4 % of sampling error).
+# bootstrap interval at 0.95 spanned 0.4-62 %). Each max rate is measured over 600 s: the load
+# points are fractions of it, and at 0.95 a 1 % error in it moves the latency ~20 % (the point sits
+# at 0.94 or 0.96 of the true max rate). Over 60 s it differed from a 1,200 s measurement by
+# 0.7-0.8 % (median), up to 4 %, on the random DAGs (experiments/saturation_diag.py); the error
+# of a mean falls like 1/sqrt(T), so 600 s leaves about a third. Load points: 60 s (10 s warm-up)
+# up to 0.5, then duration_factor: 0.7 x2.8, 0.85 x11.1, 0.95 x25 (capped; the rule asks x100):
+# the 0.95 points' sampling error is ~5x below the 60 s measurement's (which alone was 13 % on
+# random-1's mean latency, 25 % on its p99, against 3 x 1,200 s runs), about 2x above the rest.
+# Quick (CI): cap 2, so the rule runs but the test stays about as short.
+# Measured (run 982ae409f64e4b1dad2cd44f2ca30538): the measurements' median relative standard
+# error per band was 0.5-0.7 % (mean latency) and 1.2-2.2 % (p99) up to 0.85, 1.7 % and 3.7 % at
+# 0.95 (random-2 3.1 % and 6.6 %); the true profile's median error at 0.95 fell from 7.3 % to
+# 2.1 % (mean) and 13.1 % to 4.1 % (p99) over all jobs, from 12.1 % to 1.6 % (mean) on random-1.
 RANDOM_DAGS = (1, 2)
 """Seeds of the random jobs (``experiments.randomdag``, default spec) the full run adds."""
 _QUEUE_FILL_CAP_S = 60.0
@@ -205,28 +302,32 @@ def max_rate_warmup_s(truth, config: Mapping[str, int], plan: Plan, overload: fl
     return math.ceil((plan.warmup_s + min(fill, _QUEUE_FILL_CAP_S)) / window - 1e-9) * window
 
 
-def measure(truth, config: Mapping[str, int], rate: float, plan: Plan, seed: int) -> dict[str, float]:
-    """Throughput (source records/s after warm-up) and end-to-end latency of sink tuples."""
+def measure(truth, config: Mapping[str, int], rate: float, *, warmup_s: float, measure_s: float,
+            seed: int) -> dict[str, float]:
+    """Throughput (source records/s after ``warmup_s``) and end-to-end latency of the sink tuples
+    of the next ``measure_s``, each with its batch-means standard error (``*_se``: throughput
+    over the metric windows, latency over the sink tuples in completion order)."""
     from experiments.testbed import Testbed, TestbedConfig
 
     cfg = TestbedConfig(seed=seed)
     bed = Testbed(truth, rate, cfg, parallelism=config)
-    bed.advance(plan.warmup_s)
+    bed.advance(warmup_s)
     before = len(bed.latencies_ms())
-    bed.advance(plan.measure_s)
+    bed.advance(measure_s)
     latencies = bed.latencies_ms()[before:]
     frame = bed.frame()
-    start = pd.Timestamp(cfg.start_time) + pd.Timedelta(seconds=plan.warmup_s)
+    start = pd.Timestamp(cfg.start_time) + pd.Timedelta(seconds=warmup_s)
     rows = frame[(frame["ts"] >= start) & frame["operator"].isin([op.name for op in truth.sources])
                  & (frame["metric"] == "records_in")]
-    windows = rows["ts"].nunique()
-    throughput = float(rows["value"].sum() / (windows * cfg.window_s)) if windows else math.nan
+    per_window = rows.groupby("ts", sort=True)["value"].sum().to_numpy(float) / cfg.window_s
+    throughput = float(per_window.mean()) if len(per_window) else math.nan
     if len(latencies):
-        mean, p99 = float(latencies.mean()), float(np.percentile(latencies, 99))
+        mean, p99 = float(latencies.mean()), _p99(latencies)
     else:
         mean = p99 = math.nan
     return {"throughput": throughput, "latency_mean": mean, "latency_p99": p99,
-            "sink_tuples": float(len(latencies))}
+            "throughput_se": batch_se(per_window), "latency_mean_se": batch_se(latencies),
+            "latency_p99_se": batch_se(latencies, _p99), "sink_tuples": float(len(latencies))}
 
 
 def predictions(fitted, config: Mapping[str, int], rate: float, truth=None) -> dict[str, dict[str, float]]:
@@ -312,7 +413,10 @@ BAND_QUANTITIES = ("latency_mean", "latency_p99", "throughput", "max_rate")
 def band_table(points: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """Per quantity, example (and ``all``) and load band: augury's median |relative error| with
     its percentile-bootstrap 95 % CI, the signed median, and the same median for the model on the
-    true profile (``true_*``). n = points in the band (one per configuration)."""
+    true profile (``true_*``); with a ``measured_se`` column, the median relative standard error of
+    the measurements themselves (``measured_rel_se``: the noise of the ground truth, which a
+    perfect model would err by ~0.67 of in median). n = points in the band (one per
+    configuration)."""
     from experiments.bootstrap import bootstrap_ci
 
     rows = []
@@ -337,6 +441,9 @@ def band_table(points: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
                     tlo, thi = bootstrap_ci(t.abs(), "median", seed=seed)
                     row.update({"true_median_abs_err": float(t.abs().median()) if len(t) else math.nan,
                                 "true_ci_lo": tlo, "true_ci_hi": thi})
+                if "measured_se" in b:
+                    rel_se = (b["measured_se"].astype(float) / measured)[ok].dropna()
+                    row["measured_rel_se"] = float(rel_se.median()) if len(rel_se) else math.nan
                 rows.append(row)
     return pd.DataFrame(rows)
 
@@ -393,7 +500,7 @@ def truths(ctx: ExperimentContext, plan: Plan) -> list[tuple[str, object]]:
 
 
 def run(ctx: ExperimentContext) -> ExperimentResult:
-    from experiments.recording import measure_max_rate
+    from experiments.recording import max_rate_windows
     from history.spark import spark_session
     from modeler.errors import CalibrationError
 
@@ -416,12 +523,17 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
         for c, config in enumerate(unseen_configs(truth, plan.unseen_configs, rng)):
             label = ",".join(f"{n}={p}" for n, p in config.items() if not truth.operator(n).is_source)
             seed = ctx.seed * 1000 + 100 * k + 10 * c + 50
-            max_rate = measure_max_rate(truth, config, seconds=plan.max_rate_s,
-                                        warmup_s=max_rate_warmup_s(truth, config, plan), seed=seed)
-            ctx.progress(f"accuracy: {example} [{label}]: measured max rate {max_rate:.0f}/s")
+            window_rates = max_rate_windows(truth, config, seconds=plan.max_rate_s,
+                                            warmup_s=max_rate_warmup_s(truth, config, plan), seed=seed)
+            max_rate = float(window_rates.mean()) if len(window_rates) else math.nan
+            max_rate_se = batch_se(window_rates)
+            ctx.progress(f"accuracy: {example} [{label}]: measured max rate {max_rate:.0f}/s "
+                         f"(se {max_rate_se:.1f}/s)")
             for j, load in enumerate((*plan.loads, plan.overload)):
                 rate = load * max_rate
-                got = measure(truth, config, rate, plan, seed=seed + j + 1)
+                warmup_s, measure_s = plan.point_seconds(load)
+                # one measurement per point: every model (and the true profile) is judged against it
+                got = measure(truth, config, rate, warmup_s=warmup_s, measure_s=measure_s, seed=seed + j + 1)
                 pred = predictions(fitted, config, rate, truth=truth)
                 base = {"example": example, "config": label, "load": load, "rate": rate}
                 quantities = (("throughput_overload", "throughput"),) if load == plan.overload else \
@@ -429,7 +541,9 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
                      ("latency_mean", "latency_mean"), ("latency_p99", "latency_p99"))
                 for q, key in quantities:
                     measured = max_rate if key == "max_rate" else got[key]
-                    point_rows.append({**base, "quantity": q, "measured": measured,
+                    measured_se = max_rate_se if key == "max_rate" else got[f"{key}_se"]
+                    point_rows.append({**base, "quantity": q, "measured": measured, "measured_se": measured_se,
+                                       "measure_s": plan.max_rate_s if key == "max_rate" else measure_s,
                                        **{f"pred_{m}": pred[m][key] for m in MODELS},
                                        "pred_true": pred["true"][key],
                                        "sink_tuples": got["sink_tuples"]})
@@ -457,7 +571,10 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
         params={"examples": ",".join(label for label, _ in jobs), "unseen_configs_per_example": plan.unseen_configs,
                 "loads": ",".join(f"{x:g}" for x in plan.loads), "overload": plan.overload,
                 "record_s": plan.record_s, "measure_s": plan.measure_s, "warmup_s": plan.warmup_s,
-                "max_rate_s": plan.max_rate_s, "calibration_utilizations": "0.35,0.6,0.85"},
+                "max_rate_s": plan.max_rate_s, "saturation_cap": plan.saturation_cap,
+                "point_seconds": ",".join(f"{x:g}:{plan.point_seconds(x)[0]:g}+{plan.point_seconds(x)[1]:g}"
+                                          for x in (*plan.loads, plan.overload)),
+                "calibration_utilizations": "0.35,0.6,0.85"},
         metrics=metrics,
         tables={"errors": errors, "errors_by_example": by_example, "errors_by_load": by_load,
                 "errors_by_band": bands, "calibration": calib, "points": points},
@@ -499,11 +616,13 @@ def _summary(errors: pd.DataFrame, by_load: pd.DataFrame, plan: Plan, n_points: 
     if bands is not None and len(bands):
         from experiments.bootstrap import fmt_ci
 
-        lines.append("- by load band (median error [bootstrap 95 % CI], n configurations; true profile after /):")
+        lines.append("- by load band (median error [bootstrap 95 % CI], n configurations; true profile after /; "
+                     "the measurements' median relative standard error by batch means in brackets):")
         for q in ("latency_mean", "latency_p99"):
             b = bands[(bands["quantity"] == q) & (bands["example"] == "all")]
             cells = [f"{r.load:g}: {fmt_ci(r.median_abs_err, r.ci_lo, r.ci_hi)} n={r.n}"
                      + (f" / {100 * r.true_median_abs_err:.0f} %" if hasattr(r, "true_median_abs_err") else "")
+                     + (f" (measurement se {100 * r.measured_rel_se:.1f} %)" if hasattr(r, "measured_rel_se") else "")
                      for r in b.itertuples()]
             lines.append(f"  {q.replace('_', ' ')}: " + "; ".join(cells))
         per = bands[bands["example"] != "all"]

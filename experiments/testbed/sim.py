@@ -155,11 +155,21 @@ class Testbed:
         gens = [np.random.Generator(np.random.PCG64(c)) for c in np.random.SeedSequence(self.cfg.seed).spawn(6)]
         self._g_u, self._g_svc, self._g_sel, self._g_ext, self._g_net, self._g_misc = gens
         self._svc_family, self._svc_scv, self._svc_mean = [], [], []
+        generating: set[int] = set()  # sources whose service is their cpu_ms_per_tuple
         for op in self._ops:
             ov = self.cfg.override(op.name)
             self._svc_family.append(ov.service_distribution or self.cfg.service_distribution)
             self._svc_scv.append(op.service_scv if ov.service_scv is None else ov.service_scv)
-            self._svc_mean.append(ov.service_time_ms if ov.service_time_ms is not None else op.service_time_ms)
+            mean = ov.service_time_ms if ov.service_time_ms is not None else op.service_time_ms
+            if mean is None and op.is_source and op.cpu_ms_per_tuple is not None and model.cores is not None:
+                # A source's CPU work per tuple it generates (the model's cpu_ms_per_tuple, which
+                # counts only on shared cores): a service that is all CPU, so each instance
+                # generates at most one tuple per (stretched) cost, as the model's source thread.
+                mean = op.cpu_ms_per_tuple
+                generating.add(len(self._svc_mean))
+            self._svc_mean.append(mean)
+        # CPU part of each operator's service: a generating source's is all CPU.
+        self._cpu_share = [1.0 if v in generating else op.cpu_share for v, op in enumerate(self._ops)]
         for v, op in enumerate(self._ops):  # fail early on impossible distributions
             _unit_service(self._g_misc, self._svc_family[v], self._svc_scv[v], 1,
                           self.cfg.bimodal_slow_fraction, f"operators.{op.name}.service_distribution")
@@ -1222,7 +1232,7 @@ class Testbed:
         st = K.State(
             inst_op=inst_op, inst_local=inst_local, op_first=op_first, op_par=p, op_maxp=self._maxp,
             op_is_source=self._is_source, op_is_sink=self._is_sink, op_svc_ms=svc_ms,
-            op_cpu=np.array([op.cpu_share for op in self._ops], dtype=float),
+            op_cpu=np.array(self._cpu_share, dtype=float),
             op_out_ptr=out_ptr, op_out_edge=np.array([e for o in self._out for e in o] or [0], dtype=np.int64),
             e_dst=e_dst if len(e_dst) else np.zeros(1, dtype=np.int64),
             e_kind=kind if len(kind) else np.zeros(1, dtype=np.int64),
@@ -1292,7 +1302,7 @@ class Testbed:
         cores = self.model.cores
         if cores is None:
             return 0.0
-        computing = sum(int(p[v]) for v, op in enumerate(self._ops) if svc_ms[v] > 0 and op.cpu_share > 0)
+        computing = sum(int(p[v]) for v in range(len(self._ops)) if svc_ms[v] > 0 and self._cpu_share[v] > 0)
         return float(cores) if cores < computing else 0.0
 
     def _cpu_left(self, old, now: float, sharing: bool) -> np.ndarray:
@@ -1309,7 +1319,7 @@ class Testbed:
             on = (old.cpu_on == 1) & (old.state == K.BUSY)
             left[on] = np.maximum(old.cpu_tag[on] - vnow, 0.0)
         elif sharing:
-            share = np.array([op.cpu_share for op in self._ops])[old.inst_op]
+            share = np.array(self._cpu_share)[old.inst_op]
             work = share * old.svc_len
             done = now - old.svc_t0
             on = (old.state == K.BUSY) & (work > 0) & (done < work)

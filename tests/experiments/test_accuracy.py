@@ -99,6 +99,80 @@ def test_max_rate_warmup_waits_for_the_queues_upstream_of_the_bottleneck():
     assert got == pytest.approx(math.ceil((accuracy.FULL.warmup_s + fill) / window) * window)
     assert got >= accuracy.FULL.warmup_s + fill
 
+def test_duration_factor_grows_like_the_relaxation_time_up_to_the_cap():
+    f = accuracy.duration_factor
+    assert f(0.0, 25) == f(0.3, 25) == f(0.5, 25) == 1.0          # base lengths up to the reference load
+    assert f(0.7, 25) == pytest.approx((0.5 / 0.3) ** 2)            # 2.78
+    assert f(0.85, 25) == pytest.approx((0.5 / 0.15) ** 2)          # 11.1: below the cap
+    assert f(0.95, 1000) == pytest.approx(100.0)                    # what the rule asks at 0.95
+    assert f(0.95, 25) == 25.0 and f(0.99, 25) == 25.0              # capped
+    assert f(1.3, 25) == 1.0                                        # overload: throughput only
+    loads = np.linspace(0.0, 0.999, 200)
+    assert np.all(np.diff([f(x, 25) for x in loads]) >= 0)
+    for bad in ((-0.1, 25), (math.nan, 25), (0.5, 0.5)):
+        with pytest.raises(ValueError):
+            f(*bad)
+
+
+def test_full_plan_point_seconds_scale_with_load_in_whole_windows():
+    full = accuracy.FULL
+    assert full.max_rate_s == 600.0
+    assert full.point_seconds(0.1) == full.point_seconds(0.5) == (10.0, 60.0)
+    assert full.point_seconds(0.7) == (30.0, 170.0)    # 27.8 s, 166.7 s up to whole 10 s windows
+    assert full.point_seconds(0.85) == (120.0, 670.0)  # 111.1 s, 666.7 s
+    assert full.point_seconds(0.95) == (250.0, 1500.0)
+    assert full.point_seconds(full.overload) == (10.0, 60.0)
+    # CI's quick run: the rule applies but the cap keeps it short (0.9 at most x2)
+    assert accuracy.QUICK.point_seconds(0.2) == (5.0, 20.0)
+    assert accuracy.QUICK.point_seconds(0.9) == (10.0, 40.0)
+
+
+def test_batch_se_independent_and_correlated():
+    rng = np.random.default_rng(11)
+    n = 200_000
+    iid = rng.normal(0.0, 2.0, n)
+    assert accuracy.batch_se(iid) == pytest.approx(2.0 / math.sqrt(n), rel=0.5)
+    # AR(1) with phi 0.98: the mean's standard error is sqrt((1 + phi) / (1 - phi)) ~ 9.9 times
+    # the naive sigma / sqrt(n); batch means see it, the naive formula does not
+    phi, e = 0.98, rng.normal(0.0, 1.0, n)
+    ar = np.empty(n)
+    ar[0] = e[0]
+    for t in range(1, n):
+        ar[t] = phi * ar[t - 1] + e[t]
+    true_se = math.sqrt(1.0 / (1.0 - phi) ** 2) / math.sqrt(n)  # long-run variance sigma_e^2 / (1 - phi)^2
+    got = accuracy.batch_se(ar)
+    assert got == pytest.approx(true_se, rel=0.5)
+    assert got > 5 * ar.std() / math.sqrt(n)
+    # a statistic other than the mean: batch p99s of iid data
+    assert 0 < accuracy.batch_se(iid, accuracy._p99) < 0.1
+    # fewer values than batches: one value per batch (a 60 s measurement has 6 metric windows)
+    six = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert accuracy.batch_se(six) == pytest.approx(six.std(ddof=1) / math.sqrt(6))
+    assert math.isnan(accuracy.batch_se(np.array([1.0])))
+
+
+def test_measure_reports_batch_standard_errors():
+    truth = load_model(EXAMPLES / "wordcount.yaml")
+    config = truth.resolve_config({})
+    from modeler.queueing import predict
+
+    rate = 0.5 * predict(truth, config, 1.0).max_rate
+    got = accuracy.measure(truth, config, rate, warmup_s=10.0, measure_s=60.0, seed=3)
+    assert got["throughput"] == pytest.approx(rate, rel=0.05)
+    for key in ("throughput", "latency_mean", "latency_p99"):
+        assert 0 < got[f"{key}_se"] < 0.2 * got[key]
+
+
+def test_max_rate_windows_is_measure_max_rate_window_by_window():
+    from experiments.recording import max_rate_windows, measure_max_rate
+
+    truth = load_model(EXAMPLES / "wordcount.yaml")
+    config = truth.resolve_config({})
+    rates = max_rate_windows(truth, config, seconds=40, warmup_s=10, seed=5)
+    assert len(rates) == 4 and np.all(rates > 0)
+    assert rates.mean() == pytest.approx(measure_max_rate(truth, config, seconds=40, warmup_s=10, seed=5))
+
+
 @pytest.mark.slow
 @pytest.mark.spark
 def test_quick_accuracy_through_the_harness(spark, tmp_path, monkeypatch):
@@ -115,6 +189,13 @@ def test_quick_accuracy_through_the_harness(spark, tmp_path, monkeypatch):
     n_configs = plan.unseen_configs * len(plan.examples)
     assert points.query("quantity == 'latency_mean'").shape[0] == n_configs * len(plan.loads)
     assert points.query("quantity == 'throughput_overload'").shape[0] == n_configs
+    # each point measured as long as the plan's rule says, with its standard error
+    for load, g in points.groupby("load"):
+        if load in plan.loads:
+            lengths = g[g["quantity"] != "max_rate"]["measure_s"]
+            assert (lengths == plan.point_seconds(load)[1]).all()
+    lat = points.query("quantity == 'latency_mean'")
+    assert (lat["measured_se"] > 0).all() and (lat["measured_se"] < lat["measured"]).all()
     assert set(errors["model"]) == set(accuracy.MODELS)
     # calibration through the pipeline recovered the truth and quarantined nothing
     params = calib[calib["parameter"] != "quarantined_rows"]["relative_error"].abs()

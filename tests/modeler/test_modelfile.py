@@ -254,3 +254,42 @@ def test_resources_give_total_cores_default_unlimited_and_round_trip():
     again = parse_model_text(dump_model(model))
     assert again.cores == 3.0 and again.operator("split").cpu_share == 0.25
     assert again.operator("count").cpu_share == 1.0
+
+
+def test_source_cpu_cost_parses_round_trips_and_defaults_to_none():
+    assert all(op.cpu_ms_per_tuple is None for op in parse_model(BASE).operators)
+    assert "cpu_ms_per_tuple" not in dump_model(parse_model(BASE))
+    data = copy.deepcopy(BASE)
+    data["resources"] = {"cores": 2}
+    data["operators"][0]["cpu_ms_per_tuple"] = 0.0025
+    model = parse_model(data)
+    assert model.operator("source").cpu_ms_per_tuple == 0.0025
+    for fmt in ("yaml", "json"):
+        again = parse_model_text(dump_model(model, fmt))
+        assert again.operator("source").cpu_ms_per_tuple == 0.0025 and again == model
+
+
+@pytest.mark.parametrize("where, value, field, message", [
+    (0, -0.001, "operators[0].cpu_ms_per_tuple", "must be > 0"),
+    (0, 0, "operators[0].cpu_ms_per_tuple", "must be > 0"),
+    (0, "2us", "operators[0].cpu_ms_per_tuple", "must be a number"),
+    (0, float("inf"), "operators[0].cpu_ms_per_tuple", "must be finite"),
+    (0, 1e13, "operators[0].cpu_ms_per_tuple", "the documented limit"),
+    (1, 0.002, "operators[1].cpu_ms_per_tuple", "only sources have a cpu_ms_per_tuple"),
+])
+def test_source_cpu_cost_errors_name_field_and_value(where, value, field, message):
+    data = copy.deepcopy(BASE)
+    data["operators"][where]["cpu_ms_per_tuple"] = value
+    with pytest.raises(ModelError) as info:
+        parse_model(data, source="m.yaml")
+    err = info.value
+    assert err.field == field and message in err.message and err.file == "m.yaml"
+    assert err.value == value or message == "the documented limit"
+
+
+def test_a_source_gives_a_cpu_cost_or_a_service_time_not_both():
+    data = copy.deepcopy(BASE)
+    data["operators"][0].update(service_time_ms=0.01, cpu_ms_per_tuple=0.002)
+    with pytest.raises(ModelError) as info:
+        parse_model(data)
+    assert info.value.field == "operators[0].cpu_ms_per_tuple" and "one or the other" in info.value.message

@@ -837,3 +837,99 @@ def test_shared_cores_max_rate_and_light_load_latency_match_the_testbed(p, cores
     bed.advance(40)
     mean = bed.latencies_ms()[seen:].mean()
     assert predict(model, None, 0.3 * measured).latency_ms["mean"] == pytest.approx(mean, rel=0.07)
+
+
+# ------------------------------------------------------------------ a source's own CPU work
+
+
+def _source_cpu_model(p, cores, src_ms, service_ms=1.0, src_p=1, cpu_share=1.0):
+    top = {} if cores is None else {"resources": {"cores": cores}}
+    return _model([{"name": "src", "role": "source", "parallelism": src_p, "cpu_ms_per_tuple": src_ms},
+                   {"name": "q", "parallelism": p, "service_time_ms": service_ms, "cpu_share": cpu_share}],
+                  [{"from": "src", "to": "q"}], **top)
+
+
+def test_a_source_cpu_cost_without_cores_is_todays_model_exactly():
+    from dataclasses import replace
+
+    for name in ("wordcount", "diamond", "pipeline"):
+        plain = load_model(EXAMPLES / f"{name}.yaml")
+        costly = replace(plain, operators=tuple(replace(op, cpu_ms_per_tuple=5.0) if op.is_source else op
+                                                for op in plain.operators))
+        assert compile_model(costly).source_cpu_s is None
+        P = compile_model(plain).config_array([{}, {n: 3 for n in plain.operator_names
+                                                    if not plain.operator(n).is_source}])
+        rates = np.array([0.3, 0.8]) * predict_batch(compile_model(plain), P, 1.0).max_rate
+        a, b = predict_batch(compile_model(plain), P, rates), predict_batch(compile_model(costly), P, rates)
+        for column in ("max_rate", "bottleneck", "utilization", "sojourn_ms", "latency_mean_ms", "latency_p99_ms"):
+            assert np.array_equal(getattr(a, column), getattr(b, column), equal_nan=True), column
+
+
+@pytest.mark.parametrize("p,cores,src_ms,src_p,expected,bottleneck", [
+    (1, 2, 2.0, 1, 500.0, "src"),     # two threads on two cores: the source's 1 / 2 ms
+    (1, 2, 0.5, 1, 1000.0, "q"),      # the operator's 1 / 1 ms
+    (1, 4, 2.0, 2, 1000.0, "src"),    # two source instances (threads): 2 / 2 ms
+    (1, 1, 1.0, 1, 500.0, "q"),       # one core for both: 1 core / (1 + 1) ms of CPU per tuple
+])
+def test_source_cpu_cost_capacity_closed_forms(p, cores, src_ms, src_p, expected, bottleneck):
+    pred = predict(_source_cpu_model(p, cores, src_ms, src_p=src_p), None, 1.0)
+    assert pred.max_rate == pytest.approx(expected, rel=1e-6)
+    if cores > 1:  # on one core both saturate together: either may be named
+        assert pred.bottleneck == bottleneck
+
+
+def test_source_cpu_work_fills_the_cores_and_slows_the_source_and_the_operators():
+    from modeler.queueing import cpu_work_per_tuple
+
+    cheap, costly = _source_cpu_model(8, 2, 1e-9), _source_cpu_model(8, 2, 1.0)
+    compiled = compile_model(costly)
+    work = float(cpu_work_per_tuple(compiled, compiled.config_array([{}]))[0])
+    assert work == pytest.approx(2.0 / 1000.0)  # 1 ms of the source + 1 ms of q, core-seconds
+    max_rate = predict(costly, None, 1.0).max_rate
+    # below both the cores' 2 / 2 ms and the source thread's 1 / 1 ms: sharing stretches the source
+    assert max_rate < 1000.0 * (1 - 1e-3)
+    assert predict(costly, None, 1.0).bottleneck == "src"
+    assert predict(cheap, None, 1.0).max_rate == pytest.approx(2000.0, rel=1e-3)  # q alone: 2 cores / 1 ms
+    rate = 0.5 * max_rate
+    a, b = predict(costly, None, rate), predict(cheap, None, rate)
+    assert a.operators["q"].utilization > b.operators["q"].utilization  # q waits for cores the source uses
+    assert a.latency_ms["mean"] > b.latency_ms["mean"]
+    assert a.operators["src"].utilization == 0.0  # engines report no busy time for a generating source
+    assert not predict(costly, None, max_rate * (1 - 1e-6)).saturated
+    assert predict(costly, None, max_rate * 1.001).saturated
+
+
+@st.composite
+def cored_dags_with_source_cpu(draw):
+    """``cored_dags`` whose sources have a CPU cost per generated tuple."""
+    from dataclasses import replace
+
+    model = draw(cored_dags())
+    costs = st.sampled_from([1e-3, 0.05, 0.5, 2.0])
+    ops = tuple(replace(op, cpu_ms_per_tuple=draw(costs)) if op.is_source and op.service_time_ms is None else op
+                for op in model.operators)
+    return model, replace(model, operators=ops)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pair=cored_dags_with_source_cpu(), load=st.floats(0.05, 0.95))
+def test_source_cpu_cost_invariants(pair, load):
+    from modeler.queueing import cpu_work_per_tuple
+
+    without, model = pair
+    compiled = compile_model(model)
+    max_rate = predict(compiled, None, 1.0).max_rate
+    # a source's CPU only takes capacity away, never beyond the cores' or its threads' limits
+    assert max_rate <= predict(without, None, 1.0).max_rate * (1 + 1e-9)
+    work = float(cpu_work_per_tuple(compiled, compiled.config_array([{}]))[0])
+    assert max_rate <= model.cores / work * (1 + 1e-9)
+    shares = model.source_shares()
+    for op in model.sources:
+        if op.cpu_ms_per_tuple is not None and shares[op.name] > 0:
+            assert max_rate <= op.parallelism / (shares[op.name] * op.cpu_ms_per_tuple / 1000.0) * (1 + 1e-9)
+    # every operator is at least as busy as without the sources' CPU (they wait for cores too)
+    a, b = predict(compiled, None, load * max_rate), predict(without, None, load * max_rate)
+    for name in model.operator_names:
+        assert a.operators[name].utilization >= b.operators[name].utilization * (1 - 1e-9)
+    assert not predict(compiled, None, max_rate * (1 - 1e-6)).saturated
+    assert predict(compiled, None, max_rate * 1.001).saturated

@@ -728,3 +728,36 @@ def test_plan_says_when_the_cpu_work_needs_more_cores_than_the_job_has():
     result = plan(_cored(4), 400.0)  # 400/s x (10 + 0.5 x 4) ms = 4.8 cores
     assert not result.feasible
     assert "needs 4.8 cores; the job has 4 (resources.cores)" in result.reasons[0]
+
+
+def _cored_with_source_cpu(cores, src_ms):
+    model = _cored(cores)
+    from dataclasses import replace
+
+    return replace(model, operators=tuple(replace(op, cpu_ms_per_tuple=src_ms) if op.is_source else op
+                                          for op in model.operators))
+
+
+@pytest.mark.parametrize("rate,stat,slo", [(80.0, "mean", None), (150.0, "mean", None), (120.0, "mean", 40.0)])
+def test_plan_with_a_source_cpu_cost_equals_exhaustive_search(rate, stat, slo):
+    model = _cored_with_source_cpu(4, 3.0)
+    cfg = PlanConfig(targets=Targets(utilization_target=0.7, latency_slo_ms=slo, latency_stat=stat))
+    _assert_matches(plan(model, rate, cfg), exhaustive_product(model, rate, cfg), cfg)
+
+
+def test_plan_reports_the_source_limited_max_rate_and_counts_its_cpu():
+    # src 3 ms of CPU per tuple on one thread: at most 333/s alone, less on shared cores
+    model = _cored_with_source_cpu(4, 3.0)
+    result = plan(model, 150.0)
+    assert result.feasible
+    assert result.prediction.max_rate == pytest.approx(predict(model, result.config, 1.0).max_rate)
+    assert result.prediction.max_rate < predict(_cored(4), result.config, 1.0).max_rate
+    assert result.prediction.max_rate <= 1000.0 / 3.0
+    # on 6 cores the CPU work of 330/s fits (4.95 cores), the source thread's does not: the
+    # 7 instances the utilization needs share the cores, which stretches the source past 1/330 s
+    six = _cored_with_source_cpu(6, 3.0)
+    beyond = plan(six, 330.0)
+    assert not beyond.feasible and "source src generates at most 324.9" in beyond.reasons[0], beyond.reasons
+    _assert_matches(beyond, exhaustive_product(six, 330.0, PlanConfig()), PlanConfig())
+    # the CPU check counts the source: 300/s x (3 + 10 + 0.5 x 4) ms = 4.5 cores > 4
+    assert "needs 4.5 cores; the job has 4 (resources.cores)" in plan(model, 300.0).reasons[0]

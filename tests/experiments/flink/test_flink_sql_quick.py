@@ -43,6 +43,11 @@ def test_quick_flink_sql_on_the_live_cluster(flink_cluster, live_deadline, tmp_p
     assert table["above_cores"].all()  # q5 runs >= 4 instances on this box's cores
     fits = outcome["queries"]["q5"]["fits"]
     assert {"Calc", "GlobalWindowAggregate"} <= set(fits) and fits["Calc"]["service_ms"] > 0
+    # the datagen's CPU per tuple, from the TaskManager's CPU time (it reports no busy time)
+    assert fits["bid"]["cpu_ms_per_tuple"] > 0, fits
+    calibration = result.tables["calibration"]
+    assert (calibration["taskmanager_cpu_cores"] > 0).all(), calibration.to_string()
+    assert (calibration["source_threads_cpu_cores"] > 0).all(), calibration.to_string()
     assert outcome["queries"]["q5"]["topology"]["resources"]["cores"] >= 1
     # No accuracy bound here: CI runs this beside two other test workers on the same 2 cores, and
     # the operators are CPU-bound (measured in CI at 2d8c155: 139k and 102k tuples/s where the

@@ -289,3 +289,36 @@ def test_the_sql_job_is_compiled_with_the_test_jobs():
 
     assert {p.name for p in JOB_SOURCES} == {"SleepPipeline.java", "NexmarkSql.java"}
     assert all(p.is_file() for p in JOB_SOURCES)
+
+
+def test_a_thread_cpu_time_is_read_after_the_name_whatever_it_holds():
+    from experiments.flink.cluster import thread_cpu_s
+
+    # comm may hold spaces and ')': fields are counted after the last ')' (utime 250, stime 50)
+    line = "4242 (Legacy Source T) ) S 1 2 3 0 -1 4194560 10 0 0 0 250 50 0 0 20 0 1 0 100 0 0"
+    assert thread_cpu_s(line, 100) == pytest.approx(3.0)
+
+
+def test_source_threads_cpu_sums_the_named_threads_of_the_clusters_processes(monkeypatch):
+    import os
+    import time as _time
+    from pathlib import Path
+
+    from experiments.flink import cluster as C
+
+    # this process stands in for the TaskManager; its main thread for the source thread
+    me = Path(f"/proc/{os.getpid()}/task/{os.getpid()}")
+    monkeypatch.setattr(C, "SOURCE_THREAD", (me / "comm").read_text().strip())
+    fake = C.FlinkCluster.__new__(C.FlinkCluster)
+    monkeypatch.setattr(C.FlinkCluster, "processes", lambda self: [os.getpid()])
+    before = fake.source_threads_cpu_s()
+    end = _time.process_time() + 0.2
+    while _time.process_time() < end:
+        pass
+    after = fake.source_threads_cpu_s()
+    assert 0.15 <= after - before <= 0.5
+    # every thread of this process named like the main one counts (pytest-xdist's too)
+    named = [t for t in Path(f"/proc/{os.getpid()}/task").glob("*")
+             if (t / "comm").read_text().startswith(C.SOURCE_THREAD)]
+    expected = sum(C.thread_cpu_s((t / "stat").read_text(), os.sysconf("SC_CLK_TCK")) for t in named)
+    assert after == pytest.approx(expected, abs=0.05)

@@ -105,3 +105,19 @@ def test_result_tables_metrics_and_summary():
     assert one["cheapest_measured_instances"] == 4 and not one["within_10pct_of_cheapest"]
     assert not one["start_carried_target"]
     assert "missed" in res.summary and "1/1 queries met the target" in res.summary
+
+
+def test_cores_used_are_cpu_second_differences_over_the_interval():
+    before = {"machine": 100.0, "cluster": 40.0, "source_threads": 10.0}
+    after = {"machine": 120.0, "cluster": 52.0, "source_threads": 19.5}
+    assert fs.cores_used(before, after, 10.0) == {"machine": 2.0, "cluster": 1.2, "source_threads": 0.95}
+    assert all(v != v for v in fs.cores_used(before, after, 0.0).values())  # nan
+
+
+def test_machine_busy_cpu_leaves_idle_and_iowait_out():
+    from experiments.flink.cluster import machine_busy_cpu_s
+
+    stat = "cpu  100 5 50 800 40 3 2 0 0 0\ncpu0 50 2 25 400 20 1 1 0 0 0\n"
+    assert machine_busy_cpu_s(stat, 100) == pytest.approx((100 + 5 + 50 + 3 + 2) / 100)
+    with pytest.raises(ValueError):
+        machine_busy_cpu_s("intr 1 2 3\n", 100)
