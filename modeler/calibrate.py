@@ -72,7 +72,14 @@ What is fitted, and the rules:
   CPU is measured (``source_cpu``: a local cluster's ``/proc``), that is used instead: the cost
   is their CPU over the tuples they generated (a ratio through the origin: a generating thread
   idles with no traffic), and the operators' services and shares are fitted again with it
-  among the cores' load; ``engine_cpu`` is then not needed.
+  among the cores' load. With ``engine_cpu`` as well, the engine's CPU then also fixes the
+  operators' CPU share, which the stretch alone cannot tell at light calibration loads (it
+  stays near 1 there): per window, engine CPU = sources' measured cost x generated rate +
+  every operator's processed rate x base service x share, joined to the fit above with the
+  sources' cost held. An operator whose windows do tell its share keeps its own; the others
+  share one fitted value (the engine's total CPU cannot split them when their flows keep the
+  same ratio in every window). No idle term: the engine's CPU with no traffic is charged to
+  the operators (the conservative side: more CPU, less capacity).
 * **Per-hop delay** when end-to-end latency was measured: the median excess of measured over
   predicted (delay-free) latency per hop, in steady-state windows below 80 % utilization.
 
@@ -305,7 +312,10 @@ class Calibrator:
                 self.sources_ = _fit_measured_source_cpu(draft, ops, source_cpu, cfg)
                 if self.sources_:
                     draft = self._assemble(topology, network_delay_ms=0.0)
-                    self.operators_.update(_fit_cpu_shares(draft, ops, cfg, self.operators_)[0])
+                    # with the engine's CPU too, it fixes the shares (the sources' cost held)
+                    self.operators_.update(_fit_cpu_shares(
+                        draft, ops, cfg, self.operators_, engine_cpu=engine_cpu,
+                        sources=self.sources_ if engine_cpu is not None else None, hold_sources=True)[0])
                     draft = self._assemble(topology, network_delay_ms=0.0)
             elif engine_cpu is not None:
                 # The sources' CPU stretches the operators' service in every window, and the
@@ -458,7 +468,8 @@ def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig
 
 def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
                     fits: Mapping[str, OperatorFit], engine_cpu: pd.DataFrame | None = None,
-                    sources: Mapping[str, ParameterFit] | None = None, idle_cores: float | None = None
+                    sources: Mapping[str, ParameterFit] | None = None, idle_cores: float | None = None,
+                    hold_sources: bool = False
                     ) -> tuple[dict[str, OperatorFit], dict[str, ParameterFit], float | None]:
     """Base service time and CPU share per operator under shared cores (module docstring, "CPU
     share"): the model's stretch per window against the measured services, least squares.
@@ -467,8 +478,10 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
     CPU per tuple (one for all of them) and the engine's idle CPU (free only when
     ``idle_cores`` is not None: the rates were spread enough for a line) join the parameters, and
     the engine's CPU per window joins the residuals: idle + cost x generated rate + every
-    operator's processed rate x base service x share. Returns (operator fits, source fits, idle
-    cores); the last two as given without them."""
+    operator's processed rate x base service x share. ``hold_sources``: the sources' cost was
+    measured (their own threads' CPU) and stays as given, and the operators whose stretch cannot
+    tell their share get one common share fitted from the engine's CPU (no idle term). Returns
+    (operator fits, source fits, idle cores); the last two as given without them."""
     from modeler.queueing import compile_model, core_stretch
 
     sources = dict(sources or {})
@@ -509,8 +522,13 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
         joint = len(cpu_rows) >= cfg.min_windows
     source_names = tuple(sources)
 
+    def shares_of(theta: np.ndarray) -> np.ndarray:
+        """Each operator's share: its own, or (held sources, not free) the common one."""
+        own = theta[n_ops:2 * n_ops]
+        return np.where(common, theta[-1], own) if common.any() else own
+
     def with_params(theta: np.ndarray) -> JobModel:
-        values = dict(zip(names, zip(theta[:n_ops], theta[n_ops:2 * n_ops])))
+        values = dict(zip(names, zip(theta[:n_ops], shares_of(theta))))
         return replace(model, operators=tuple(
             replace(op, service_time_ms=float(values[op.name][0]), cpu_share=float(values[op.name][1]))
             if op.name in values else
@@ -530,7 +548,7 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
         out = []
         for k, (name, j) in enumerate(zip(names, cols)):
             idx, service, weight = measured[name]
-            pred = theta[k] * (1.0 + theta[n_ops + k] * (f[idx, j] - 1.0))
+            pred = theta[k] * (1.0 + shares_of(theta)[k] * (f[idx, j] - 1.0))
             out.append(np.sqrt(weight / weight.sum()) * (pred - service) / service)
         if joint:  # weighted like one operator's windows
             out.append(np.sqrt(1.0 / len(cpu_rows)) * (engine_cpu_of(theta) - cpu_measured) / cpu_measured)
@@ -541,16 +559,23 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
     # cannot tell its CPU share, which stays the topology's.
     start_s = np.array([float(np.min(measured[n][1])) for n in names])
     extra0 = np.array([next(iter(sources.values())).value, idle_cores or 0.0]) if joint else np.zeros(0)
+    common = np.zeros(n_ops, bool)  # (set below: which operators take the common share)
     start_f = stretches(np.concatenate([start_s, np.ones(n_ops), extra0]))
     free = np.array([np.ptp(start_f[measured[n][0], j]) >= cfg.min_stretch_range for n, j in zip(names, cols)])
     fixed_c = np.array([model.operator(n).cpu_share for n in names])
+    common = ~free & joint & hold_sources
+    if hold_sources and not common.any():
+        joint = False  # every share is told by the stretch: the engine's CPU is not needed
     lo = np.concatenate([np.full(n_ops, 1e-9), np.where(free, 0.0, fixed_c - 1e-12)])
     hi = np.concatenate([np.full(n_ops, np.inf), np.where(free, 1.0, fixed_c + 1e-12)])
     theta0 = np.concatenate([start_s, np.where(free, 0.5, fixed_c)])
     if joint:
-        lo = np.concatenate([lo, [1e-9, 0.0 if idle_cores is not None else -1e-12]])
-        hi = np.concatenate([hi, [np.inf, np.inf if idle_cores is not None else 1e-12]])
+        held = extra0[0]
+        lo = np.concatenate([lo, [held - 1e-12 if hold_sources else 1e-9, 0.0 if idle_cores is not None else -1e-12]])
+        hi = np.concatenate([hi, [held + 1e-12 if hold_sources else np.inf, np.inf if idle_cores is not None else 1e-12]])
         theta0 = np.concatenate([theta0, extra0])
+        if common.any():  # the common share of the operators the stretch cannot tell apart
+            lo, hi, theta0 = np.append(lo, 0.0), np.append(hi, 1.0), np.append(theta0, 0.5)
     result = least_squares(residuals, np.clip(theta0, lo, hi), bounds=(lo, hi), x_scale="jac",
                            max_nfev=cfg.cpu_max_evaluations)
     theta = result.x
@@ -558,13 +583,13 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
     out: dict[str, OperatorFit] = {}
     for k, (name, j) in enumerate(zip(names, cols)):
         idx, service, weight = measured[name]
-        share = float(theta[n_ops + k]) if free[k] else float(fixed_c[k])
+        share = float(shares_of(theta)[k]) if free[k] or common[k] else float(fixed_c[k])
         base = service / (1.0 + share * (f[idx, j] - 1.0))  # each window's service without the wait for a core
         s_fit = _weighted_ratio_fit(base * weight, weight, base, cfg.folds)
         pred = float(theta[k]) * (1.0 + share * (f[idx, j] - 1.0))
         c_fit = ParameterFit(value=share, samples=len(idx), spread=float(np.ptp(f[idx, j])),
                              holdout_error=float(np.median(np.abs(pred - service) / service)) if free[k]
-                             else float("nan"), source="measured" if free[k] else "assumed")
+                             else float("nan"), source="measured" if free[k] or common[k] else "assumed")
         out[name] = replace(fits[name], service_time_ms=replace(s_fit, value=float(theta[k])), cpu_share=c_fit)
     if joint:
         cost, idle = float(theta[2 * n_ops]), float(theta[2 * n_ops + 1])

@@ -551,6 +551,35 @@ def test_the_sources_measured_thread_cpu_gives_their_cost_directly_and_wins_over
                                                                              rel=0.02)
 
 
+def test_with_the_sources_measured_the_engines_cpu_fixes_shares_light_loads_cannot_tell():
+    """Calibrated at light load the stretch hardly varies, so it cannot tell an operator's CPU
+    share (it stays the topology's 1.0: busy time all CPU). With the source's threads measured,
+    the engine's CPU is the source's plus the operators' work: it fixes the share (here 0.4),
+    and with it the capacity on shared cores; without the engine's CPU the share stays 1.0 and
+    the capacity comes out low."""
+    raw = {"augury": 1, "job": "j", "resources": {"cores": 2}, "operators": [
+        {"name": "src", "role": "source", "cpu_ms_per_tuple": 0.8},
+        {"name": "a", "service_time_ms": 1.0, "cpu_share": 0.4, "max_parallelism": 8}],
+        "edges": [{"from": "src", "to": "a"}]}
+    truth = parse_model(raw)
+    ops, edges = _shared_core_history(truth, [{"a": 1}, {"a": 2}], [0.2, 0.3])
+    src = ops[ops["operator"] == "src"]
+    threads = pd.DataFrame({"window_start": src["window_start"].to_numpy(),
+                            "cpu_cores": src["processed_rate"].to_numpy(float) * 0.8 / 1000.0})
+    alone = Calibrator().fit(ops, edges, topology=_topology_of(raw), source_cpu=threads)
+    assert alone.operators_["a"].cpu_share.source == "assumed" and alone.operators_["a"].cpu_share.value == 1.0
+    fitted = Calibrator().fit(ops, edges, topology=_topology_of(raw), source_cpu=threads,
+                              engine_cpu=_engine_cpu(truth, ops, idle_cores=0.0))
+    share = fitted.operators_["a"].cpu_share
+    assert share.source == "measured" and share.value == pytest.approx(0.4, abs=0.02)
+    assert fitted.sources_["src"].value == pytest.approx(0.8, rel=0.01)  # held as measured
+    assert fitted.operators_["a"].service_time_ms.value == pytest.approx(1.0, rel=0.02)
+    for config in ({"a": 2}, {"a": 6}):
+        true_max = predict(truth, config, 1.0).max_rate
+        assert predict(fitted.model_, config, 1.0).max_rate == pytest.approx(true_max, rel=0.02)
+    assert predict(alone.model_, {"a": 6}, 1.0).max_rate < 0.9 * predict(truth, {"a": 6}, 1.0).max_rate
+
+
 def test_expected_hot_share_is_the_sampled_maximum():
     # Two instances with equal shares, n tuples a window: the measured hottest share is
     # max(X, n - X) / n with X ~ Binomial(n, 1/2), exactly (the window's sampling, each key drawn
