@@ -121,3 +121,20 @@ def test_machine_busy_cpu_leaves_idle_and_iowait_out():
     assert machine_busy_cpu_s(stat, 100) == pytest.approx((100 + 5 + 50 + 3 + 2) / 100)
     with pytest.raises(ValueError):
         machine_busy_cpu_s("intr 1 2 3\n", 100)
+
+
+def test_one_step_plans_within_the_clusters_slots():
+    """A target the model thinks out of reach gets the most the cluster can run (every vertex at
+    the slot count), which can be applied and measured, not the topology's 128 subtasks."""
+    from experiments.suite.flink_sql import SLOTS, within_slots
+    from modeler.modelfile import parse_model
+    from scheduler.plan import PlanConfig, plan
+
+    model = parse_model({"augury": 1, "job": "q", "operators": [
+        {"name": "bid", "role": "source", "parallelism": 1},
+        {"name": "Calc", "parallelism": 1, "service_time_ms": 0.01, "max_parallelism": 128}],
+        "edges": [{"from": "bid", "to": "Calc"}]})
+    capped = within_slots(model, SLOTS)
+    assert capped.operator("Calc").max_parallelism == SLOTS and capped.operator("bid").max_parallelism == SLOTS
+    p = plan(capped, 10_000_000.0, PlanConfig(utilization_target=0.7))  # 10 M/s: out of reach
+    assert not p.feasible and max(p.config.values()) <= SLOTS and p.config["Calc"] == SLOTS
