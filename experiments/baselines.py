@@ -706,9 +706,14 @@ class OraclePolicy:
         if now_s < self._next_s:
             return None
         self._next_s = now_s + self.interval_s
-        new = {k: v for k, v in self.config_for(self.peak(now_s)).items() if k in config}
-        new = {**dict(config), **new}
-        return new if new != dict(config) else None
+        return _change_to(config, self.config_for(self.peak(now_s)))
+
+
+def _change_to(config: Mapping[str, int], wanted: Mapping[str, int]) -> dict[str, int] | None:
+    """``config`` with ``wanted``'s parallelism for each of its operators; None when that is no
+    change (the policies that follow a plan: ``OraclePolicy``, ``HindsightSchedulePolicy``)."""
+    new = {**dict(config), **{k: v for k, v in wanted.items() if k in config}}
+    return new if new != dict(config) else None
 
 
 @dataclass
@@ -778,10 +783,7 @@ class HindsightSchedulePolicy:
         if not self._built:
             self._build(now_s, config)
         due = [c for t, c in self.changes_ if t <= now_s + 1e-9]
-        if not due:
-            return None
-        new = {**dict(config), **{k: v for k, v in due[-1].items() if k in config}}
-        return new if new != dict(config) else None
+        return _change_to(config, due[-1]) if due else None
 
 
 PEERS: tuple[dict, ...] = (

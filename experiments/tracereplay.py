@@ -206,7 +206,7 @@ class _KnownResult:
         n = max(1, int(round(self.step.total_seconds() / self.sample_s)))
         day0 = pd.Timestamp(self.prepared.day0)
         # each grid step's mean rate (the history the forecaster sees is binned the same way);
-        # before the replay the load is the history's, after its end the last rate holds
+        # a step before the replay takes its first rate, one after its end the last rate
         path = np.array([np.mean([self.prepared.rate_at(max(0.0, (t - day0).total_seconds() + j * self.sample_s))
                                   for j in range(n)]) for t in stamps], dtype=float)
         return KnownForecast(stamps, {float(q): path for q in quantiles})
@@ -221,7 +221,6 @@ class PerfectForecaster:
 
     prepared: PreparedTrace
     sample_s: float = 60.0
-    method: str = "perfect"
 
     def fit(self, history: pd.Series) -> _KnownResult:
         step = history.index[1] - history.index[0] if len(history) > 1 else pd.Timedelta(minutes=15)

@@ -447,20 +447,17 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
     step = {"query": q, "target": target, "start": start, "planned": planned, "feasible": bool(proposal.feasible),
             "planned_instances": int(sum(planned.values())), "predicted_max_at_plan": float(proposal.prediction.max_rate),
             "before": None, "after": None, "restart_s": float("nan")}
-    if max(planned.values()) > SLOTS:
-        ctx.progress(f"{q} one step: the plan {planned} needs more than {SLOTS} slots; not applied")
-    else:
-        job = _Job(cluster, _spec(setup, int(round(target / n_sources))), w_s)
-        try:
-            _to(job, start)
-            step["before"] = _summary_of(job.windows(s["step_before_windows"], skip=1), job)
-            step["restart_s"] = _to(job, planned)
-            step["after"] = _summary_of(job.windows(n, skip=1), job)
-        finally:
-            job.cancel()
-        ctx.progress(f"{q} one step {_fmt(start)} -> {_fmt(planned)} for {target:.0f}/s: before "
-                     f"{step['before']['rate']:.0f}/s, after {step['after']['rate']:.0f}/s, back pressure "
-                     f"{step['after']['bp_mean']:.3f}")
+    job = _Job(cluster, _spec(setup, int(round(target / n_sources))), w_s)
+    try:
+        _to(job, start)
+        step["before"] = _summary_of(job.windows(s["step_before_windows"], skip=1), job)
+        step["restart_s"] = _to(job, planned)
+        step["after"] = _summary_of(job.windows(n, skip=1), job)
+    finally:
+        job.cancel()
+    ctx.progress(f"{q} one step {_fmt(start)} -> {_fmt(planned)} for {target:.0f}/s: before "
+                 f"{step['before']['rate']:.0f}/s, after {step['after']['rate']:.0f}/s, back pressure "
+                 f"{step['after']['bp_mean']:.3f}")
     return {"rows": rows, "calib_rows": calib_rows, "fits": fits, "true_rates": true_rates, "visits": visits,
             "step": step, "rescales": rescales, "topology": topology}
 

@@ -101,6 +101,10 @@ def hindsight_price(policy: str) -> float:
         raise ExperimentError("expected hindsight/<seconds per instance-hour>", field="policy", value=policy) from None
 
 
+PERFECT_FORECAST = "augury/perfect"
+"""augury as evaluated, but with a forecaster that knows the load
+(``experiments.tracereplay.PerfectForecaster``): what its schedule rules cost without forecast
+errors (a diagnostic of ``preemptive_tune``, not replayed by the experiment)."""
 HINDSIGHT_PRICES = (5.0, 20.0, 60.0)
 """The ``hindsight/<s>`` references replayed (seconds of violation per instance-hour). Chosen on
 the tuning days (``TUNING_DAYS``, 2026-12-06) to span the Flink rules' instance-hours: at 5 the
@@ -307,11 +311,13 @@ def run_trace(trace: str, params: Params, days: float, seed: int, repo, traces_d
     """Replay ``trace`` for every policy in ``policies``: ``(trace, ReplayResult, controller)``
     each. ``truth``: the job's true model instead of ``dag``'s (e.g. a stateful variant);
     ``learned``: what augury knows (default: the truth). ``augury/...`` policies other than
-    ``augury/u0.7`` are augury with ``params`` as given (the caller's variant)."""
+    ``augury/u0.7`` are augury with ``params`` as given (the caller's variant); ``augury/perfect``
+    (``PERFECT_FORECAST``) forecasts with ``experiments.tracereplay.PerfectForecaster``."""
     from experiments.baselines import (DhalionPolicy, DS2Policy, FlinkAutoscalerPolicy, HindsightSchedulePolicy,
                                        OraclePolicy, StaticPolicy, ds2_max)
     from experiments.replay import PolicyController, drive
     from experiments.suite.convergence import unskewed
+    from experiments.tracereplay import PerfectForecaster
     from modeler.modelfile import to_graph
     from scheduler.plan import PlanConfig, plan
 
@@ -342,7 +348,9 @@ def run_trace(trace: str, params: Params, days: float, seed: int, repo, traces_d
         if policy == "augury" or policy.startswith("augury/"):
             p = replace(params, augury_utilization_target=params.utilization_target) if policy == "augury/u0.7" \
                 else params
-            r, c = run_augury(learned if learned is not None else truth, truth, prepared, p, name=policy)
+            perfect = PerfectForecaster(prepared) if policy == PERFECT_FORECAST else None
+            r, c = run_augury(learned if learned is not None else truth, truth, prepared, p, name=policy,
+                              forecaster=perfect)
             out.append((trace, r, c))
             continue
         if policy.startswith(HINDSIGHT + "/"):

@@ -40,8 +40,8 @@ def _value(field: dataclasses.Field, raw: str):
 
 def main(argv: list[str] | None = None) -> int:
     from experiments import bundled
-    from experiments.suite.preemptive import DAGS, TUNING_DAYS, Params, job_truth, prepare, run_augury, run_trace
-    from experiments.tracereplay import PerfectForecaster, summary
+    from experiments.suite.preemptive import DAGS, PERFECT_FORECAST, TUNING_DAYS, Params, run_trace
+    from experiments.tracereplay import summary
 
     ap = argparse.ArgumentParser(prog="python -m experiments.suite.preemptive_tune", description=__doc__.split("\n")[0])
     ap.add_argument("--days", type=float, default=2.0)
@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--hindsight {args.hindsight!r}: expected prices like 5,20,60") from None
     if any(not math.isfinite(x) or x < 0 for x in prices):
         raise SystemExit(f"--hindsight {args.hindsight!r}: prices must be finite and >= 0")
-    policies = ("augury",) + (("flink-autoscaler",) if args.flink else ()) + tuple(f"hindsight/{x:g}" for x in prices)
+    policies = ("augury",) + (("flink-autoscaler",) if args.flink else ()) + tuple(f"hindsight/{x:g}" for x in prices) \
+        + ((PERFECT_FORECAST,) if args.perfect_forecast else ())
     rate = params.violation_s_per_instance_hour
     totals: dict[str, list[float]] = {}
     started = time.perf_counter()
@@ -79,12 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     for trace in args.trace or list(TUNING_DAYS):
         rows = run_trace(trace, params, args.days, args.seed, bundled.data_dir(), bundled.traces_dir(),
                          lambda _msg: None, policies=policies, spec=TUNING_DAYS[trace], dag=args.dag)
-        if args.perfect_forecast:
-            truth = job_truth(args.dag, bundled.data_dir(), params)
-            prepared = prepare(trace, params, args.days, args.seed, truth, bundled.traces_dir(), TUNING_DAYS[trace])
-            result, _ = run_augury(truth, truth, prepared, params, name="augury/perfect",
-                                   forecaster=PerfectForecaster(prepared))
-            rows.append((trace, result, None))
         for _, result, _ in rows:
             s = summary(result, args.days)
             cost = s["violation_minutes"] + s["instance_hours"] * rate / 60.0
