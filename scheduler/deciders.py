@@ -395,6 +395,12 @@ class PreemptiveConfig:
     settings together (2 h, 0.7, on) had been worse on the evaluation days (86.8 -> 129.7 min,
     WC98's match-day spikes), so those two stay off. The evaluation days' figures are in
     docs/RESULTS.md (preemptive)."""
+    anchored_floor: bool = True
+    """Each re-plan hands the schedule every window measured over the last ``stabilization_s``
+    (``scheduler.schedule.schedule``'s ``measured``): a measured load floors the plan until a
+    stabilization period after it was measured. False: only the last window's load, as a floor
+    for a stabilization period from the re-plan, so every re-plan (every 15 min while the load
+    runs above the forecast's band) pushed a planned scale-down an hour out again."""
     reserved_reconfigurations: int = 0
     """``scheduler.schedule.ScheduleConfig.reserved_reconfigurations``: of the daily budget, this
     many changes a day are left unplanned for re-plans when the load leaves the forecast."""
@@ -632,9 +638,15 @@ class PreemptiveDecider:
             self._plans, self._plans_key = {}, key
         recent = [self.clock(t) for t in ctx.recent_changes_s]
         recent = [t for t in recent if t > now - pd.Timedelta(days=1)]
+        seen = None
+        if p.anchored_floor:
+            since = now - pd.Timedelta(seconds=p.stabilization_s)
+            seen = pd.Series({t: v for t, v in self._measured.items() if since <= t <= now}, dtype=float)
+            if len(seen):  # means over forecasting steps, as the band is compared (recent_load)
+                seen = seen.resample(self.grid(), origin="epoch").mean().dropna()
         sched = schedule(ctx.model, forecast, float(measured), cfg, now=now,
                          current_config=dict(ctx.config) if keep_current else None,
-                         recent_issues=recent, plan_cache=self._plans)
+                         recent_issues=recent, plan_cache=self._plans, measured=seen)
         self.schedules_.append(sched)
         self.forecast_methods_.append(self._fitted.method)
         self._schedule = sched

@@ -15,10 +15,11 @@ How the timeline is built (``docs/scheduler.md`` has the same with examples):
    than forecast finds the capacity in place).
 2. **Scale-down only after a stabilization period.** The level at step i is the maximum demand
    over the window ``[i - stabilization, i]``: capacity follows a rise at once and a fall only
-   once the load has stayed low for ``stabilization_s``. The current measured load is a floor
-   of the level for the steps within ``stabilization_s`` of now (final recommendation = max
-   of reactive and predictive: the load measured now has to fall for a stabilization period
-   before anything may be sized below it).
+   once the load has stayed low for ``stabilization_s``. The measured load is a floor of the
+   level (final recommendation = max of reactive and predictive): a load measured at t (now,
+   ``current_load``, or before, ``measured``) floors the steps up to t + ``stabilization_s``, so
+   the load has to stay low for a stabilization period after it was measured before anything
+   may be sized below it, and a rolling re-plan does not restart that period.
 3. **At most ``max_reconfigurations_per_day``** in any 24 h window, counted as *issued*: the
    change at now (unless ``current_config`` is given and already right), every later change at
    its issue time (a scale-up ``lead_time_s`` before its segment), and the ``recent_issues``
@@ -265,7 +266,7 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
              config: ScheduleConfig = ScheduleConfig(), now: pd.Timestamp | None = None,
              current_config: Mapping[str, int] | None = None,
              recent_issues: Sequence[pd.Timestamp] = (),
-             plan_cache: dict | None = None) -> Schedule:
+             plan_cache: dict | None = None, measured: pd.Series | None = None) -> Schedule:
     """The timeline for ``forecast`` (timestamps -> rate at the planning quantile).
 
     ``now`` defaults to one grid step before the first forecast timestamp. ``current_config``:
@@ -273,7 +274,11 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     in force from now); when it meets the targets at the first segment's level it is kept
     (no change at now). ``recent_issues``: times of reconfigurations issued before now; those
     within 24 h count against the budget. ``plan_cache``: a dict shared between calls with the
-    same model and ``config.plan`` (rolling re-plans), level -> ``Plan``.
+    same model and ``config.plan`` (rolling re-plans), level -> ``Plan``. ``measured``: the
+    load measured before now (timestamps -> tuples/s, e.g. every metrics window of the last
+    ``stabilization_s``); each value floors the level until ``stabilization_s`` after it was
+    measured, not after now (step 2), so a rolling re-plan does not push a scale-down out by
+    re-anchoring the floor at every call. ``None``: ``current_load`` alone, measured now.
     """
     config.check()
     compiled = model if isinstance(model, CompiledModel) else compile_model(model)
@@ -299,18 +304,18 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     lead_s = config.lead_time_s
 
     # 1-2. Demand with the reactive floor; level = max over the stabilization window.
-    floor = t_s <= config.stabilization_s
-    demand = values.copy()
-    demand[floor] = np.maximum(demand[floor], current_load)
+    floor_rate = _measured_floor(idx, now, current_load, measured, config.stabilization_s)
+    demand = np.maximum(values, floor_rate)
     win = int(math.ceil(config.stabilization_s / step_s)) if step_s > 0 else 0
     ahead_s = config.lead_time_s if config.lookahead_s is None else config.lookahead_s
     fwd = int(math.ceil(ahead_s / step_s - 1e-9)) if step_s > 0 else 0
-    # The floor is applied to the level, not fed through the stabilization window again: the
-    # measured load holds for one stabilization period from now (a floor pushed through the
-    # rolling max would hold for two, and a re-plan every hour or two would never scale down).
+    # The floor is applied to the level, not fed through the stabilization window again: a
+    # measured load holds for one stabilization period from when it was measured (a floor pushed
+    # through the rolling max would hold for two, and a re-plan every hour or two would never
+    # scale down).
     ahead = pd.Series(values[::-1]).rolling(fwd + 1, min_periods=1).max().to_numpy()[::-1]
     level = pd.Series(ahead).rolling(win + 1, min_periods=1).max().to_numpy()
-    level[floor] = np.maximum(level[floor], current_load)
+    level = np.maximum(level, floor_rate)
     level = np.array([_round_up(x, config.rate_resolution) for x in level])
 
     # Plans per distinct level (cached).
@@ -726,6 +731,31 @@ def _priced_timeline(compiled: CompiledModel, idx: pd.DatetimeIndex, t_s: np.nda
         reasons.append(f"priced schedule: every change also charged {lam:,.0f} s to keep within "
                        f"{limit} changes in any 24 h")
     return recs, reasons, feasible
+
+
+def _measured_floor(idx: pd.DatetimeIndex, now: pd.Timestamp, current_load: float, measured: pd.Series | None,
+                    stabilization_s: float) -> np.ndarray:
+    """Step 2's reactive floor per grid step (tuples/s, 0 = none): the highest load measured within
+    ``stabilization_s`` before the step, among ``measured`` (before now) and ``current_load`` (now).
+    A step more than ``stabilization_s`` after every measurement has no floor."""
+    stab = pd.Timedelta(seconds=stabilization_s)
+    times = [now]
+    rates = [float(current_load)]
+    if measured is not None and len(measured):
+        m = measured[(measured.index <= now) & (measured.index >= now - stab)]
+        if len(m) and not np.all(np.isfinite(m.to_numpy(dtype=float))):
+            raise SchedulerError("measured rates must be finite", field="measured")
+        times = list(m.index) + times
+        rates = [float(v) for v in m.to_numpy(dtype=float)] + rates
+    order = np.argsort(np.asarray(times, dtype="datetime64[ns]"), kind="stable")
+    t = np.asarray(times, dtype="datetime64[ns]")[order]
+    r = np.asarray(rates, dtype=float)[order]
+    suffix = np.maximum.accumulate(r[::-1])[::-1]  # max of the measurements from k on
+    first = np.searchsorted(t, (idx - stab).to_numpy(dtype="datetime64[ns]"), side="left")
+    out = np.zeros(len(idx))
+    inside = first < len(t)
+    out[inside] = suffix[first[inside]]
+    return out
 
 
 def restart_violation_s(restart_s: float, capacity: float, load: float, backlog_slo_s: float = 1.0) -> float:

@@ -198,6 +198,9 @@ class Params:
     reserved_reconfigurations: int = 0
     """Of augury's daily budget, changes left unplanned for reactive re-plans
     (``scheduler.deciders.PreemptiveConfig.reserved_reconfigurations``)."""
+    anchored_floor: bool = True
+    """``scheduler.deciders.PreemptiveConfig.anchored_floor`` (a measured load floors the plan a
+    stabilization period from when it was measured, not from every re-plan)."""
     solver: str = "rules"
     """augury's schedule solver (``scheduler.deciders.PreemptiveConfig.solver``)."""
     oracle_interval_s: float = 4 * 3600.0
@@ -216,7 +219,7 @@ def settings(params: Params):
         restart_s=params.restart_s,
         violation_s_per_instance_hour=params.violation_s_per_instance_hour, shift_s=params.shift_s,
         solver=params.solver, reserved_reconfigurations=params.reserved_reconfigurations,
-        price_running=params.price_running, miss_correction_s=params.miss_correction_s,
+        price_running=params.price_running, anchored_floor=params.anchored_floor, miss_correction_s=params.miss_correction_s,
         miss_utilization_target=params.miss_utilization_target)
 
 

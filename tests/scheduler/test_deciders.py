@@ -197,6 +197,50 @@ def test_preemptive_decider_forecasts_with_the_forecaster_it_is_given():
     assert d.kind == DecisionKind.SCALE and d.config["a"] * 1000.0 * 0.7 >= 1900.0 * 0.99
 
 
+@pytest.mark.parametrize("anchored", [True, False])
+def test_preemptive_replans_floor_a_measured_peak_from_when_it_was_measured(anchored):
+    # 15 min measured at 1,900/s, then 45 min at 1,000/s, re-planning every 15 min on a flat
+    # 1,000/s forecast. Anchored, the last re-plan floors the peak's grid step until an hour after
+    # it (15 min from now) and no longer; the old floor knew only the last window (1,000/s).
+    from dataclasses import replace
+
+    ev_hi, ctx = setup(1900.0)
+    ev_lo, _ = setup(1000.0)
+    start = pd.Timestamp("2026-01-08 10:00")
+    clock = lambda s: start + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
+    history = pd.Series(1000.0, index=pd.date_range(end="2026-01-08 09:45", periods=7 * 96, freq="15min"))
+    class Flat:
+        method = "flat"
+
+        def fit(self, h):
+            return self
+
+        def update(self, h):
+            return self
+
+        def forecast(self, steps, quantiles):
+            stamps = pd.date_range(clock(ctx.now_s) - pd.Timedelta(minutes=15), periods=steps, freq="15min")
+            return SimpleNamespace(timestamps=stamps, quantiles={q: np.full(steps, 1000.0) for q in quantiles})
+
+    decider = PreemptiveDecider(PreemptiveConfig(replan_s=900.0, band_quantile=0.0, anchored_floor=anchored,
+                                                 stabilization_s=3600.0),
+                                read_history=lambda: history, clock=clock, forecaster=lambda method: Flat())
+    for k in range(12):
+        ev = ev_hi if k < 3 else ev_lo
+        w = replace(ev.window, start_s=ctx.now_s + 300.0 * k, window_s=300.0)
+        decider.decide(Evaluation(**{**ev.__dict__, "window": w}), replace(ctx, now_s=w.end_s))
+    level = decider.schedules_[-1].steps["level"]
+    held = level[level >= 1900.0 * 0.999]
+    if anchored:
+        assert len(held) and held.index.max() <= start + pd.Timedelta(hours=1)
+        assert (level[level.index > start + pd.Timedelta(hours=1)] < 1900.0).all()
+    else:
+        assert not len(held)
+    # the last re-plan came 50 min after the peak began: anchored at it, the floor would have
+    # held to 11:50
+    assert decider.schedules_[-1].now == start + pd.Timedelta(minutes=50)
+
+
 def test_preemptive_history_stays_on_a_coarser_given_grid():
     # a 30-minute history (the NYC-taxi trace's step) with forecast_step_s = 900: measured windows
     # are binned onto the history's 30-minute grid, so the series the forecaster fits is regular

@@ -142,6 +142,43 @@ def test_measured_load_holds_one_stabilization_period_not_two():
     assert (s.steps["level"][s.steps.index - s.now <= pd.Timedelta(hours=1)] == HIGH).all()
 
 
+def test_a_load_measured_before_now_holds_from_when_it_was_measured():
+    # The peak was measured 50 min before now and the load now is low: the floor holds until an
+    # hour after the peak (10 min from now), not an hour from now, so a re-plan made later does
+    # not push the scale-down out again.
+    forecast = pd.Series(np.full(len(IDX), LOW), index=IDX)
+    now = IDX[0]
+    cfg = ScheduleConfig(stabilization_s=3600, rate_resolution=0, lookahead_s=0)
+    seen = pd.Series([HIGH, LOW], index=[now - pd.Timedelta(minutes=50), now - pd.Timedelta(minutes=20)])
+    s = schedule(MODEL, forecast, LOW, cfg, now=now, measured=seen)
+    level = s.steps["level"]
+    assert (level[level.index <= now + pd.Timedelta(minutes=10)] == HIGH).all()
+    assert (level[level.index > now + pd.Timedelta(minutes=10)] == LOW).all()
+    # without the earlier windows the peak is forgotten; without the anchor (the peak measured
+    # now) it would hold an hour from now
+    assert (schedule(MODEL, forecast, LOW, cfg, now=now).steps["level"] == LOW).all()
+    late = schedule(MODEL, forecast, HIGH, cfg, now=now).steps["level"]
+    assert (late[late.index <= now + pd.Timedelta(minutes=60)] == HIGH).all()
+    # measurements older than a stabilization period, or after now, floor nothing
+    old = pd.Series([HIGH, HIGH], index=[now - pd.Timedelta(minutes=61), now + pd.Timedelta(minutes=5)])
+    assert (schedule(MODEL, forecast, LOW, cfg, now=now, measured=old).steps["level"] == LOW).all()
+
+
+def test_measured_none_is_the_current_load_measured_now():
+    cfg = ScheduleConfig(stabilization_s=3600, rate_resolution=0)
+    now = IDX[0] - pd.Timedelta(minutes=30)
+    a = schedule(MODEL, _peak_series(), HIGH, cfg, now=now)
+    b = schedule(MODEL, _peak_series(), HIGH, cfg, now=now, measured=pd.Series([HIGH], index=[now]))
+    pd.testing.assert_frame_equal(a.steps, b.steps)
+    assert [r.to_dict() for r in a.reconfigurations] == [r.to_dict() for r in b.reconfigurations]
+
+
+def test_non_finite_measured_load_is_a_typed_error():
+    with pytest.raises(SchedulerError, match="measured"):
+        schedule(MODEL, _peak_series(), LOW, now=IDX[0],
+                 measured=pd.Series([float("nan")], index=[IDX[0] - pd.Timedelta(minutes=5)]))
+
+
 def test_reserved_reconfigurations_stay_free_in_every_window():
     values = np.where(np.arange(len(IDX)) % 6 < 3, HIGH, LOW)
     forecast = pd.Series(values, index=IDX)
