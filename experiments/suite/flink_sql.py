@@ -588,7 +588,7 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         f"{'met' if goal else 'missed'}. One step: {int(one['meets_target'].sum())}/{len(one)} queries met the "
         f"target without sustained back pressure. Per query: {per_q}. {int(table['source_limited'].sum())} of "
         f"{len(table)} measurements were source-limited (the datagen could not generate more; its CPU per tuple is "
-        f"fitted from the TaskManager's CPU time). One run on a live 2-core machine, {s['windows']} windows of {s['window_s']:g} s "
+        f"measured from its own threads, at the calibration configurations' saturation). One run on a live 2-core machine, {s['windows']} windows of {s['window_s']:g} s "
         f"per configuration: numbers move with other load."
         + ("".join(f" {q} FAILED ({e})." for q, e in out.get("failed", {}).items())))
     return ExperimentResult(params=params, metrics=metrics,
