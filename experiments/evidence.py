@@ -114,14 +114,16 @@ STATEMENTS: dict[str, dict[str, str]] = {
                         "join over `datagen` -> `blackhole`) on a real local cluster: one TaskManager, 8 slots, on "
                         "this machine's 2 cores (loopback); max sustainable rate = the job input that flows while "
                         "the datagen asks for far more (sources back-pressured), averaged over a few windows.",
-        "given": "per query, the model is calibrated from <= 3 live configurations (topology read from the live "
-                 "job, `resources: {cores: 2}`, CPU share fitted); DS2's linear extrapolation gets the same "
+        "given": "per query, the model is calibrated from <= 3 live configurations, each at its own saturation "
+                 "(the datagen asking far more; never a test configuration), topology read from the live "
+                 "job, `resources: {cores: 2}`, the datagen's CPU per tuple from its own threads and the "
+                 "operators' CPU share from the TaskManager's CPU; DS2's linear extrapolation gets the same "
                  "calibration windows (true processing rate per instance x parallelism).",
         "sample": "5 unseen configurations per query (fewer in quick mode), 3 windows of 4 s each, one run: no "
                   "intervals; the per-query medians rest on 5 numbers.",
         "could bias it": "one 2-core machine where the JobManager, the TaskManager's own threads, this Python "
-                         "process and the datagen source (whose CPU use Flink reports as no busy time, so the model "
-                         "never counts it) share the cores the model divides among operators; a source that could "
+                         "process and the datagen source (whose CPU use Flink reports as no busy time: the model "
+                         "counts it from its threads' /proc CPU) share the cores the model divides among them; a source that could "
                          "not generate more is flagged `source_limited` (then the measurement is the generator's "
                          "limit, not the job's); window operators (q5, q8) work in bursts when windows fire, which "
                          "4 s windows catch unevenly; other load on the machine shows up in the numbers.",

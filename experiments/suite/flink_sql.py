@@ -3,18 +3,22 @@
 Starts the managed local cluster (``experiments.flink.cluster``; always stopped, also on errors;
 one TaskManager, 8 slots, on this machine's cores) and, per query (``experiments.flink.sql``):
 
-1. **Calibration** from at most three configurations at moderate datagen rates, with different
-   total parallelism so the operators' CPU share is identifiable. The topology is the live job's
+1. **Calibration** from at most three configurations (never a test configuration), with
+   different total parallelism so the operators' CPU share is identifiable. The topology is the live job's
    (``JobGraph.topology()``) plus ``resources: {cores: os.cpu_count()}`` (the TaskManager runs on
    this machine's cores); the live metric windows (``FlinkMetricsSource``, counter differences)
    become operator/edge frames (``scheduler.observe.history_frames``: the in-memory path of
    history -> calibrate) and ``modeler.calibrate.Calibrator`` fits base service times and CPU
-   shares jointly. **Input rate**: in calibration windows the sources' processed rate is set to
-   the datagen's ``rows-per-second`` (per table): the datagen source's own counter differences
-   over a 4 s window read 1-3 % off (its rate limiter works on the host clock, the windows on
-   REST sampling times; docs/flink.md measured 19 700 at 20 000), while the configured rate is
-   exact when the source is not back-pressured (checked: calibration rates are well below
-   every configuration's capacity, and the windows' back pressure is reported).
+   shares jointly. **Calibration at saturation**: each calibration job's datagen asks
+   ``OVERLOAD_RATE`` rows/s, so its windows are that configuration's own max sustainable rate,
+   the regime the predictions are about. Per-tuple costs fall with load (docs/flink.md: at
+   15-40 % of a datagen's limit the datagen read 1.26-1.29 us of CPU per tuple, 1.15-1.17 at its
+   limit; q1's Calc 3.6 us of busy time per tuple at 40 000/s per instance, 1.0 at 837 000/s), so
+   costs measured at moderate rates under-predicted the max rate (run 98827e66: by 12-16 % on
+   q1, q2, q5). **Input rate**: a saturated datagen generates less than its ``rows-per-second``;
+   each source's rate in a calibration window is the records in of the vertices right behind it
+   (``source_input_rates``: counted by their task threads; the datagen's own counter differences
+   over a 4 s window read 1-3 % off, its rate limiter working on the host clock).
    **Source CPU**: the datagen source reports no busy time (Flink answers NaN), yet it
    generates on the cores the operators share. Around each calibration job's windows (after
    its warm-up window) the CPU of its own threads is read from ``/proc``
@@ -22,8 +26,9 @@ one TaskManager, 8 slots, on this machine's cores) and, per query (``experiments
    TaskManager JVM's CPU time over REST (``FlinkMetricsSource.cpu_sample``,
    ``Status.JVM.CPU.Time``); their means over the windows are the job's ``source_cpu`` and
    ``engine_cpu``. Calibration takes the sources' ``cpu_ms_per_tuple`` from ``source_cpu``
-   (``engine_cpu`` is the fallback a remote cluster would have: it splits the JVM's CPU by the
-   operators' busy time, which on contended cores overstates their CPU; both are logged). The
+   and the operators' CPU shares from ``engine_cpu`` and the busy time's stretch together
+   (``engine_cpu`` alone is the fallback a remote cluster would have: it splits the JVM's CPU by
+   the operators' busy time, which on contended cores overstates their CPU; both are logged). The
    model then caps the job where the datagen thread, stretched by sharing, cannot generate
    more, and counts its CPU among the cores' load.
 2. **Predicted max sustainable rate** at >= 5 unseen configurations (per-vertex parallelism,
@@ -110,8 +115,9 @@ class QuerySetup:
     query: str
     groups: tuple[tuple[str, ...], ...]
     """Scaled vertices per group (operator names of the live job)."""
-    calibration: tuple[tuple[tuple[int, ...], int], ...]
-    """(configuration, datagen rows/s per table) of each calibration job."""
+    calibration: tuple[tuple[int, ...], ...]
+    """Each calibration job's configuration; calibrated at its saturation (``OVERLOAD_RATE``:
+    module docstring, "Calibration at saturation")."""
     tests: tuple[tuple[int, ...], ...]
     """Unseen configurations whose max rate is predicted and measured."""
     start: tuple[int, ...]
@@ -130,22 +136,23 @@ class QuerySetup:
 
 
 SETUPS = {
-    "q1": QuerySetup("q1", (("Calc",),), calibration=(((2,), 80_000), ((4,), 140_000)),
+    "q1": QuerySetup("q1", (("Calc",),), calibration=((2,), (4,)),
                      tests=((1,), (3,), (5,), (6,), (8,)), start=(1,), target_share=0.8),
-    "q2": QuerySetup("q2", (("Calc",),), calibration=(((2,), 80_000), ((4,), 140_000)),
+    "q2": QuerySetup("q2", (("Calc",),), calibration=((2,), (4,)),
                      tests=((1,), (3,), (5,), (6,), (8,)), start=(1,), target_share=0.8),
     "q5": QuerySetup("q5", (("Calc",), ("GlobalWindowAggregate",)),
-                     calibration=(((1, 1), 50_000), ((2, 2), 90_000), ((3, 3), 120_000)),
+                     calibration=((1, 1), (2, 2), (3, 3)),
                      tests=((1, 2), (2, 1), (4, 2), (2, 4), (4, 4)), start=(1, 1), target_share=0.8),
     "q8": QuerySetup("q8", (("Calc", "Calc-2"), ("GlobalWindowAggregate", "GlobalWindowAggregate-2"),
                             ("WindowJoin",)),
-                     calibration=(((1, 1, 1), 10_000), ((2, 2, 2), 20_000), ((3, 3, 3), 30_000)),
+                     calibration=((1, 1, 1), (2, 2, 2), (3, 3, 3)),
                      tests=((1, 2, 1), (2, 1, 1), (2, 2, 1), (3, 3, 2), (4, 4, 4)), start=(1, 1, 1),
                      target_share=0.8, calibration_windows=5),
 }
-"""The full run's configurations. Calibration rates are moderate: 15-40 % of what one datagen
-instance generated here unthrottled (~360 000 bids/s, q5 quick run), every operator well below
-saturation, the sources not back-pressured."""
+"""The full run's configurations. Calibration configurations are never test configurations: each
+is calibrated at its own saturation (the datagen asking ``OVERLOAD_RATE``), the regime the max-rate
+predictions are about (until 2026-12-06 at moderate rates, 15-40 % of one datagen instance's
+limit: per-tuple costs read 10-45 % high there, docs/flink.md)."""
 
 
 def _settings(quick: bool) -> dict:
@@ -251,6 +258,29 @@ def _input_rate(w, sources: list[str], graph) -> float:
     return float(sum(w.operators[op].processed_rate for op in first))
 
 
+def source_input_rates(w, sources: list[str], graph) -> dict[str, float]:
+    """Each source's generated tuples/s in window ``w``: the records in of the vertices right
+    behind it (counted by their task threads; the datagen's own counter reads 1-3 % off). A vertex
+    fed by several sources is split by the sources' own output counts to it."""
+    out = {}
+    for s in sources:
+        total = 0.0
+        for t in graph.downstream(s):
+            feeders = [u for u in sources if t in graph.downstream(u)]
+            counted = {u: w.operators[u].output_rates.get(t, 0.0) for u in feeders}
+            share = counted[s] / sum(counted.values()) if len(feeders) > 1 and sum(counted.values()) > 0 \
+                else 1.0 / len(feeders)
+            total += w.operators[t].processed_rate * share
+        out[s] = float(total)
+    return out
+
+
+def with_source_rates(w, rates: dict[str, float]):
+    """``w`` with each named source's processed and arrival rate replaced by ``rates``."""
+    return replace(w, operators={k: (replace(o, processed_rate=float(rates[k]), arrival_rate=float(rates[k]))
+                                     if k in rates else o) for k, o in w.operators.items()})
+
+
 def _summary_of(windows, job: _Job) -> dict:
     """Means over windows: job input rate, most back-pressured non-source instance, mean busy per
     operator, configuration in force."""
@@ -328,9 +358,11 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
     # 1. calibration
     calib_windows, calib_rows, topology, ds2_rows, engine_cpu, source_cpu = [], [], None, [], [], []
     n_sources = 1
-    for t, rate in setup.calibration:
-        steps.advance(f"{q} calibration {t} at {rate}/s per table")
-        job = _Job(cluster, _spec(setup, rate), w_s)
+    for t in setup.calibration:
+        steps.advance(f"{q} calibration {t} at saturation")
+        # at saturation: the datagen asks far more than the configuration carries (module
+        # docstring, "Calibration at saturation")
+        job = _Job(cluster, _spec(setup, OVERLOAD_RATE), w_s)
         try:
             restart = _to(job, setup.config(t))
             # The TaskManager's CPU over the calibration windows (after the warm-up window: JIT
@@ -353,20 +385,21 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
         engine_cpu.extend({"window_start": ts, "cpu_cores": cpu_cores} for ts in starts)
         source_cpu.extend({"window_start": ts, "cpu_cores": source_cores} for ts in starts)
         n_sources = len(job.sources)
-        # the datagen's configured rate as the sources' rate (module docstring, "Input rate")
-        ws = [replace(w, operators={k: (replace(o, processed_rate=float(rate), arrival_rate=float(rate))
-                                        if o.is_source else o) for k, o in w.operators.items()}) for w in ws]
+        # each source's rate: the records in right behind it (module docstring, "Input rate")
+        ws = [with_source_rates(w, source_input_rates(w, job.sources, job.graph)) for w in ws]
         calib_windows.extend(ws)
         for w in ws:
             for name, o in w.operators.items():
                 ds2_rows.append({"operator": name, "processed_rate": o.processed_rate, "busy_mean": o.busy_mean,
                                  "parallelism": o.parallelism, "input": w.input_rate})
-        calib_rows.append({"query": q, "configuration": _fmt(job.graph.config()), "rate_per_table": rate,
-                           "job_input_rate": rate * n_sources, "measured_input_rate": round(m["rate"], 1),
+        calib_rows.append({"query": q, "configuration": _fmt(job.graph.config()), "rate_per_table": OVERLOAD_RATE,
+                           "job_input_rate": round(m["rate"], 1), "measured_input_rate": round(m["rate"], 1),
                            "backpressure_max": round(m["bp_max"], 3), "rescale_s": round(restart, 1),
                            "taskmanager_cpu_cores": round(cpu_cores, 3), "source_threads_cpu_cores": round(source_cores, 3),
+                           "source_us_per_tuple": round(source_cores / m["rate"] * 1e6, 3) if m["rate"] > 0 else float("nan"),
                            **{f"busy_{k}": round(v, 3) for k, v in m["busy"].items() if np.isfinite(v)}})
-        ctx.progress(f"{q} calibration {t} at {rate}/s: input {m['rate']:.0f}/s, busy "
+        ctx.progress(f"{q} calibration {t} at saturation: input {m['rate']:.0f}/s, source threads "
+                     f"{source_cores:.2f} cores, TaskManager {cpu_cores:.2f} cores, busy "
                      + ", ".join(f"{k}={v:.2f}" for k, v in m["busy"].items() if np.isfinite(v)))
     topology = dict(topology, resources={"cores": cores})
     ops, edges = history_frames(calib_windows)
@@ -459,7 +492,9 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
                  f"{step['before']['rate']:.0f}/s, after {step['after']['rate']:.0f}/s, back pressure "
                  f"{step['after']['bp_mean']:.3f}")
     return {"rows": rows, "calib_rows": calib_rows, "fits": fits, "true_rates": true_rates, "visits": visits,
-            "step": step, "rescales": rescales, "topology": topology}
+            "step": step, "rescales": rescales, "topology": topology,
+            "calibration_data": {"ops": ops, "edges": edges, "engine_cpu": pd.DataFrame(engine_cpu),
+                                 "source_cpu": pd.DataFrame(source_cpu)}}
 
 
 def within_slots(model, slots: int):
@@ -534,7 +569,7 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
     params = {"queries": ",".join(out["queries"]), "failed_queries": ",".join(out.get("failed", {})), "window_s": s["window_s"], "windows": s["windows"],
               "calibration_windows": s["calibration_windows"], "cores": cores, "slots": SLOTS,
               "overload_rate_per_table": OVERLOAD_RATE, "utilization_target": UTILIZATION_TARGET,
-              "calibration_configs": "; ".join(f"{q}: " + " ".join(f"{t}@{r}" for t, r in s["setups"][q].calibration)
+              "calibration_configs": "; ".join(f"{q}: " + " ".join(f"{t}" for t in s["setups"][q].calibration) + " at saturation"
                                                for q in out["queries"]),
               "test_configs": "; ".join(f"{q}: " + " ".join(str(t) for t in s["setups"][q].tests)
                                         for q in out["queries"])}
@@ -553,7 +588,7 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         f"{'met' if goal else 'missed'}. One step: {int(one['meets_target'].sum())}/{len(one)} queries met the "
         f"target without sustained back pressure. Per query: {per_q}. {int(table['source_limited'].sum())} of "
         f"{len(table)} measurements were source-limited (the datagen could not generate more; its CPU per tuple is "
-        f"fitted from the TaskManager's CPU time). One run on a live 2-core machine, {s['windows']} windows of {s['window_s']:g} s "
+        f"measured from its own threads, at the calibration configurations' saturation). One run on a live 2-core machine, {s['windows']} windows of {s['window_s']:g} s "
         f"per configuration: numbers move with other load."
         + ("".join(f" {q} FAILED ({e})." for q, e in out.get("failed", {}).items())))
     return ExperimentResult(params=params, metrics=metrics,

@@ -138,3 +138,45 @@ def test_one_step_plans_within_the_clusters_slots():
     assert capped.operator("Calc").max_parallelism == SLOTS and capped.operator("bid").max_parallelism == SLOTS
     p = plan(capped, 10_000_000.0, PlanConfig(utilization_target=0.7))  # 10 M/s: out of reach
     assert not p.feasible and max(p.config.values()) <= SLOTS and p.config["Calc"] == SLOTS
+
+
+def _op(name, rate, *, source=False, out=None):
+    from scheduler.observe import OperatorWindow
+
+    return OperatorWindow(operator=name, parallelism=1, is_source=source, processed_rate=rate, arrival_rate=rate,
+                          busy_mean=float("nan") if source else 0.5, busy_max=0.5, backpressure_max=0.0,
+                          backpressure_mean=0.0, queue_len_total=None, source_lag=0.0,
+                          output_rates=out or {}, instances=())
+
+
+def test_calibration_source_rates_are_the_records_in_behind_each_source():
+    """At saturation the datagen's configured rate is not what it generates: each source's rate
+    is the records in of the vertex behind it (its own counter reads a few % off), and a vertex
+    fed by two sources is split by their own counts."""
+    from scheduler.flink import Edge, JobGraph, Vertex
+    from scheduler.observe import JobWindow
+
+    def v(name):
+        return Vertex(id=name, name=name, operator=name, parallelism=1, status="RUNNING", start_time_ms=0)
+
+    graph = JobGraph(job_id="j", name="j", state="RUNNING", vertices=tuple(v(n) for n in ("person", "auction", "Calc", "Calc-2", "Join")),
+                     edges=(Edge("person", "Calc", "REBALANCE"), Edge("auction", "Calc-2", "REBALANCE"),
+                            Edge("person", "Join", "HASH"), Edge("auction", "Join", "HASH")))
+    w = JobWindow(start_s=0.0, window_s=4.0, job="j", config={}, operators={
+        "person": _op("person", 2_000_000.0, source=True, out={"Calc": 98_000.0, "Join": 30_000.0}),
+        "auction": _op("auction", 2_000_000.0, source=True, out={"Calc-2": 205_000.0, "Join": 10_000.0}),
+        "Calc": _op("Calc", 100_000.0), "Calc-2": _op("Calc-2", 200_000.0), "Join": _op("Join", 40_000.0)})
+    rates = fs.source_input_rates(w, ["person", "auction"], graph)
+    assert rates == {"person": pytest.approx(100_000.0 + 30_000.0), "auction": pytest.approx(200_000.0 + 10_000.0)}
+    w2 = fs.with_source_rates(w, rates)
+    assert w2.operators["person"].processed_rate == pytest.approx(130_000.0)
+    assert w2.operators["auction"].arrival_rate == pytest.approx(210_000.0)
+    assert w2.operators["Calc"] == w.operators["Calc"]
+
+
+def test_calibration_configurations_are_never_test_configurations():
+    """Every query is calibrated at its calibration configurations' saturation; predicting a
+    configuration it was calibrated on would measure nothing."""
+    for setup in fs.SETUPS.values():
+        assert not set(setup.calibration) & set(setup.tests), setup.query
+        assert 1 <= len(setup.calibration) <= 3
