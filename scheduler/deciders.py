@@ -396,9 +396,10 @@ class PreemptiveConfig:
     WC98's match-day spikes), so those two stay off. The evaluation days' figures are in
     docs/RESULTS.md (preemptive)."""
     anchored_floor: bool = True
-    """Each re-plan hands the schedule every window measured over the last ``stabilization_s``
-    (``scheduler.schedule.schedule``'s ``measured``): a measured load floors the plan until a
-    stabilization period after it was measured. False: only the last window's load, as a floor
+    """Each re-plan hands the schedule the load measured over the last ``stabilization_s``, as
+    means per forecasting step (``scheduler.schedule.schedule``'s ``measured``; single windows'
+    maxima are spikes): a measured load floors the plan until a stabilization period after it
+    was measured. False: only the last window's load, as a floor
     for a stabilization period from the re-plan, so every re-plan (every 15 min while the load
     runs above the forecast's band) pushed a planned scale-down an hour out again."""
     reserved_reconfigurations: int = 0
@@ -508,9 +509,7 @@ class PreemptiveDecider:
         parts = []
         base = self._given()
         if self._measured:
-            m = pd.Series(self._measured).sort_index()
-            origin = base.index[0] if base is not None and len(base) else "epoch"
-            binned = m.resample(step, origin=origin).mean().dropna()
+            binned = self._on_grid(pd.Series(self._measured))
             binned = binned[binned.index + step <= now]
             parts.append(binned)
         if base is not None:
@@ -523,6 +522,13 @@ class PreemptiveDecider:
             return pd.Series(dtype=float)
         history = pd.concat(parts)
         return history[history.index >= now - pd.Timedelta(days=self.config.history_days)]
+
+    def _on_grid(self, measured: pd.Series) -> pd.Series:
+        """Measured windows (start -> tuples/s) as means per forecasting grid step, the steps
+        aligned with the given history's (epoch-aligned without one); empty steps dropped."""
+        base = self._given()
+        origin = base.index[0] if base is not None and len(base) else "epoch"
+        return measured.sort_index().resample(self.grid(), origin=origin).mean().dropna()
 
     def restart_s(self, model: JobModel, config: Mapping[str, int]) -> float:
         """A change's restart time (s) for pricing: the model's restart model when it has one
@@ -643,7 +649,7 @@ class PreemptiveDecider:
             since = now - pd.Timedelta(seconds=p.stabilization_s)
             seen = pd.Series({t: v for t, v in self._measured.items() if since <= t <= now}, dtype=float)
             if len(seen):  # means over forecasting steps, as the band is compared (recent_load)
-                seen = seen.resample(self.grid(), origin="epoch").mean().dropna()
+                seen = self._on_grid(seen)
         sched = schedule(ctx.model, forecast, float(measured), cfg, now=now,
                          current_config=dict(ctx.config) if keep_current else None,
                          recent_issues=recent, plan_cache=self._plans, measured=seen)

@@ -743,8 +743,8 @@ def _measured_floor(idx: pd.DatetimeIndex, now: pd.Timestamp, current_load: floa
     rates = [float(current_load)]
     if measured is not None and len(measured):
         m = measured[(measured.index <= now) & (measured.index >= now - stab)]
-        if len(m) and not np.all(np.isfinite(m.to_numpy(dtype=float))):
-            raise SchedulerError("measured rates must be finite", field="measured")
+        if len(m) and (not np.all(np.isfinite(m.to_numpy(dtype=float))) or np.any(m.to_numpy(dtype=float) < 0)):
+            raise SchedulerError("measured rates must be finite and >= 0", field="measured")
         times = list(m.index) + times
         rates = [float(v) for v in m.to_numpy(dtype=float)] + rates
     order = np.argsort(np.asarray(times, dtype="datetime64[ns]"), kind="stable")

@@ -482,6 +482,21 @@ def _engine_cpu(truth, ops, idle_cores):
     return pd.DataFrame(rows)
 
 
+def _source_threads(truth, ops, noise=1.0):
+    """The source threads' CPU per window (cores): the source's cost x its rate (x ``noise``)."""
+    src = ops[ops["operator"] == "src"]
+    return pd.DataFrame({"window_start": src["window_start"].to_numpy(),
+                         "cpu_cores": src["processed_rate"].to_numpy(float)
+                         * truth.operator("src").cpu_ms_per_tuple / 1000.0 * noise})
+
+
+_ONE_OPERATOR_SHARED = {"augury": 1, "job": "j", "resources": {"cores": 2}, "operators": [
+    {"name": "src", "role": "source", "cpu_ms_per_tuple": 0.8},
+    {"name": "a", "service_time_ms": 1.0, "cpu_share": 0.4, "max_parallelism": 8}],
+    "edges": [{"from": "src", "to": "a"}]}
+"""A source at 0.8 ms of CPU per tuple feeding ``a`` (1 ms, CPU share 0.4) on 2 cores."""
+
+
 def _topology_of(raw):
     return parse_model({**raw, "operators": [{k: v for k, v in op.items() if k not in
                                               ("service_time_ms", "cpu_share", "cpu_ms_per_tuple")}
@@ -533,11 +548,9 @@ def test_the_sources_measured_thread_cpu_gives_their_cost_directly_and_wins_over
     truth = parse_model(_SOURCE_CPU_TRUTH)
     configs = [{"a": 1, "b": 1}, {"a": 2, "b": 3}, {"a": 4, "b": 4}, {"a": 3, "b": 6}]
     ops, edges = _shared_core_history(truth, configs, [0.3, 0.5, 0.7])
-    src = ops[ops["operator"] == "src"]
     # the source thread's CPU: its cost x its rate, with 2 % noise alternating per window
-    noise = np.where(np.arange(len(src)) % 2 == 0, 1.02, 0.98)
-    threads = pd.DataFrame({"window_start": src["window_start"].to_numpy(),
-                            "cpu_cores": src["processed_rate"].to_numpy(float) * 0.8 / 1000.0 * noise})
+    noise = np.where(np.arange((ops["operator"] == "src").sum()) % 2 == 0, 1.02, 0.98)
+    threads = _source_threads(truth, ops, noise)
     # an engine CPU that would say otherwise (twice the idle, a third more per tuple) does not
     # move the sources' cost: their threads' measurement is held
     wrong = _engine_cpu(truth, ops, idle_cores=0.1).assign(cpu_cores=lambda f: f["cpu_cores"] * 1.3)
@@ -569,15 +582,10 @@ def test_with_the_sources_measured_the_engines_cpu_fixes_shares_light_loads_cann
     the engine's CPU is the source's plus the operators' work: it fixes the share (here 0.4),
     and with it the capacity on shared cores; without the engine's CPU the share stays 1.0 and
     the capacity comes out low."""
-    raw = {"augury": 1, "job": "j", "resources": {"cores": 2}, "operators": [
-        {"name": "src", "role": "source", "cpu_ms_per_tuple": 0.8},
-        {"name": "a", "service_time_ms": 1.0, "cpu_share": 0.4, "max_parallelism": 8}],
-        "edges": [{"from": "src", "to": "a"}]}
+    raw = _ONE_OPERATOR_SHARED
     truth = parse_model(raw)
     ops, edges = _shared_core_history(truth, [{"a": 1}, {"a": 2}], [0.2, 0.3])
-    src = ops[ops["operator"] == "src"]
-    threads = pd.DataFrame({"window_start": src["window_start"].to_numpy(),
-                            "cpu_cores": src["processed_rate"].to_numpy(float) * 0.8 / 1000.0})
+    threads = _source_threads(truth, ops)
     alone = Calibrator().fit(ops, edges, topology=_topology_of(raw), source_cpu=threads)
     assert alone.operators_["a"].cpu_share.source == "assumed" and alone.operators_["a"].cpu_share.value == 1.0
     fitted = Calibrator().fit(ops, edges, topology=_topology_of(raw), source_cpu=threads,
@@ -676,19 +684,14 @@ def test_the_engines_cpu_stays_in_the_share_fit_when_the_stretch_tells_the_share
     blames that on CPU contention (share ~0.65 for a true 0.4) and the capacity above the
     calibrated parallelisms comes out ~10 % low; with the engine's measured CPU kept in the fit
     (the sources' own threads measured) the share is the CPU's and the capacity within 3 %."""
-    raw = {"augury": 1, "job": "j", "resources": {"cores": 2}, "operators": [
-        {"name": "src", "role": "source", "cpu_ms_per_tuple": 0.8},
-        {"name": "a", "service_time_ms": 1.0, "cpu_share": 0.4, "max_parallelism": 8}],
-        "edges": [{"from": "src", "to": "a"}]}
+    raw = _ONE_OPERATOR_SHARED
     truth = parse_model(raw)
     ops, edges = _shared_core_history(truth, [{"a": 2}, {"a": 4}], [0.6, 0.9])
     a = ops["operator"] == "a"
     wall = 1.0 + 0.10 * (ops.loc[a, "parallelism"] - 1)
     ops.loc[a, "busy_fraction_mean"] *= wall
     ops.loc[a, "service_time_ms"] *= wall
-    src = ops[ops["operator"] == "src"]
-    threads = pd.DataFrame({"window_start": src["window_start"].to_numpy(),
-                            "cpu_cores": src["processed_rate"].to_numpy(float) * 0.8 / 1000.0})
+    threads = _source_threads(truth, ops)
     fitted = Calibrator().fit(ops, edges, topology=_topology_of(raw), source_cpu=threads,
                               engine_cpu=_engine_cpu(truth, ops, idle_cores=0.0))
     share = fitted.operators_["a"].cpu_share

@@ -177,6 +177,9 @@ def test_non_finite_measured_load_is_a_typed_error():
     with pytest.raises(SchedulerError, match="measured"):
         schedule(MODEL, _peak_series(), LOW, now=IDX[0],
                  measured=pd.Series([float("nan")], index=[IDX[0] - pd.Timedelta(minutes=5)]))
+    with pytest.raises(SchedulerError, match="measured"):
+        schedule(MODEL, _peak_series(), LOW, now=IDX[0],
+                 measured=pd.Series([-1.0], index=[IDX[0] - pd.Timedelta(minutes=5)]))
 
 
 def test_reserved_reconfigurations_stay_free_in_every_window():
