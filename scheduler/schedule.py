@@ -266,7 +266,8 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
              config: ScheduleConfig = ScheduleConfig(), now: pd.Timestamp | None = None,
              current_config: Mapping[str, int] | None = None,
              recent_issues: Sequence[pd.Timestamp] = (),
-             plan_cache: dict | None = None, measured: pd.Series | None = None) -> Schedule:
+             plan_cache: dict | None = None, measured: pd.Series | None = None,
+             keep_until: pd.Timestamp | None = None) -> Schedule:
     """The timeline for ``forecast`` (timestamps -> rate at the planning quantile).
 
     ``now`` defaults to one grid step before the first forecast timestamp. ``current_config``:
@@ -279,6 +280,11 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     ``stabilization_s``); each value floors the level until ``stabilization_s`` after it was
     measured, not after now (step 2), so a rolling re-plan does not push a scale-down out by
     re-anchoring the floor at every call. ``None``: ``current_load`` alone, measured now.
+    ``keep_until``: when the running configuration is kept through the first segment, keep it
+    no later than this (a scale-down an earlier re-plan committed to): the steps after it get
+    their own plans. Without it the kept segment ends where the first run of equal levels ends,
+    which moves with every re-plan as the measured floor and the forecast change, so a rolling
+    re-plan could push a scale-down out again and again. ``None``: no such bound.
     """
     config.check()
     compiled = model if isinstance(model, CompiledModel) else compile_model(model)
@@ -337,11 +343,27 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
             return max(t_s[s] - lead_s, 0.0)
         return float(t_s[s])
 
+    # A committed scale-down (``keep_until``): the running configuration is kept no later than
+    # then; the rest of the first run of equal levels gets its own plan, counted in the budget.
+    # Only a scale-down is committed: a plan of as many instances as the running configuration
+    # is no reason for a restart.
+    committed_now = False
+    if keep_until is not None and current_config is not None and config.solver != "priced":
+        cut = int(np.searchsorted(idx, pd.Timestamp(keep_until), side="left"))
+        s0, e0, l0 = seg[0]
+        running = sum(current_config[n] for n in compiled.names if not compiled.model.operator(n).is_source)
+        if plan_for(l0).instances < running:
+            if s0 < cut < e0:
+                seg[0:1] = [(s0, cut, l0), (cut, e0, l0)]
+            elif cut <= s0:
+                committed_now = True
+
     covers_cache: dict[float, bool] = {}
 
     def current_covers(rate: float) -> bool:
-        """The running configuration meets the utilization target (and SLO) at ``rate``."""
-        if current_config is None:
+        """The running configuration meets the utilization target (and SLO) at ``rate`` and may
+        be kept (not past a committed scale-down)."""
+        if current_config is None or committed_now:
             return False
         if rate not in covers_cache:
             covers_cache[rate] = meets_targets(compiled, current_config, rate, config.plan)

@@ -201,6 +201,12 @@ class Params:
     anchored_floor: bool = True
     """``scheduler.deciders.PreemptiveConfig.anchored_floor`` (a measured load floors the plan a
     stabilization period from when it was measured, not from every re-plan)."""
+    surge_escalation_s: float = 0.0
+    """``scheduler.deciders.PreemptiveConfig.surge_escalation_s`` (a load still rising soon after
+    a scale-up is planned for one step ahead; trace s)."""
+    committed_scale_down: bool = False
+    """``scheduler.deciders.PreemptiveConfig.committed_scale_down`` (a scheduled scale-down of the
+    running configuration is not put off by later re-plans)."""
     solver: str = "rules"
     """augury's schedule solver (``scheduler.deciders.PreemptiveConfig.solver``)."""
     oracle_interval_s: float = 4 * 3600.0
@@ -219,7 +225,10 @@ def settings(params: Params):
         restart_s=params.restart_s,
         violation_s_per_instance_hour=params.violation_s_per_instance_hour, shift_s=params.shift_s,
         solver=params.solver, reserved_reconfigurations=params.reserved_reconfigurations,
-        price_running=params.price_running, anchored_floor=params.anchored_floor, miss_correction_s=params.miss_correction_s,
+        price_running=params.price_running, anchored_floor=params.anchored_floor,
+        committed_scale_down=params.committed_scale_down,
+        surge_escalation_s=params.surge_escalation_s,
+        miss_correction_s=params.miss_correction_s,
         miss_utilization_target=params.miss_utilization_target)
 
 

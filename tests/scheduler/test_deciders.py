@@ -241,6 +241,104 @@ def test_preemptive_replans_floor_a_measured_peak_from_when_it_was_measured(anch
     assert decider.schedules_[-1].now == start + pd.Timedelta(minutes=50)
 
 
+@pytest.mark.parametrize("committed", [True, False])
+def test_preemptive_committed_scale_down_is_not_put_off_by_replans(committed):
+    # An oversized running configuration (a = 4, b = 2) at 1,000/s, re-planned every 15 min on a
+    # forecast of 1,000/s for the next hour and 500/s after (the level falls a stabilization
+    # period later): every re-plan keeps the running configuration through its first run of equal
+    # levels and plans the scale-down where that run ends, two hours after *its* now. Committed,
+    # the first re-plan's scale-down time holds (the later ones plan it no later) and once it has
+    # come the change is made at once.
+    from dataclasses import replace
+
+    ev, ctx = setup(1000.0, config={"a": 4, "b": 2})
+    start = pd.Timestamp("2026-01-08 10:00")
+    clock = lambda s: start + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
+    history = pd.Series(1000.0, index=pd.date_range(end="2026-01-08 09:45", periods=7 * 96, freq="15min"))
+    now_of = {}
+
+    class HourThenLow:
+        method = "hour-then-low"
+
+        def fit(self, h):
+            return self
+
+        def update(self, h):
+            return self
+
+        def forecast(self, steps, quantiles):
+            now = now_of["now"]
+            stamps = pd.date_range(now.floor("15min"), periods=steps, freq="15min")
+            values = np.where(stamps < now + pd.Timedelta(hours=1), 1000.0, 500.0)
+            return SimpleNamespace(timestamps=stamps, quantiles={q: values for q in quantiles})
+
+    decider = PreemptiveDecider(PreemptiveConfig(replan_s=900.0, band_quantile=0.0, stabilization_s=3600.0,
+                                                 committed_scale_down=committed),
+                                read_history=lambda: history, clock=clock, forecaster=lambda method: HourThenLow())
+    for k in range(32):  # 160 min of 5-min windows
+        w = replace(ev.window, start_s=ctx.now_s + 300.0 * k, window_s=300.0)
+        now_of["now"] = clock(w.end_s)
+        decider.decide(Evaluation(**{**ev.__dict__, "window": w}), replace(ctx, now_s=w.end_s))
+    first = decider.schedules_[1]  # the very first re-plan knows no running configuration
+    first_down = next(r for r in first.reconfigurations if r.direction == "down")
+    assert first.reconfigurations[0].direction == "keep"
+    for s in decider.schedules_[2:]:
+        downs = [r.issue_at for r in s.reconfigurations if r.direction in ("down", "initial")]
+        if committed:
+            assert downs and min(downs) <= max(first_down.issue_at, s.now)
+        else:  # each re-plan puts it off to an hour after its own now
+            assert s.reconfigurations[0].direction == "keep" and min(downs) > first_down.issue_at
+    last = decider.schedules_[-1]
+    assert last.now > first_down.issue_at
+    assert (last.reconfigurations[0].direction == "initial") == committed
+
+
+@pytest.mark.parametrize("escalation_s", [3600.0, 0.0])
+def test_preemptive_surge_plans_one_step_ahead_of_a_load_still_rising(escalation_s):
+    # A flat 1,000/s forecast; the load jumps to 2,000/s (a re-plan at once scales up), and five
+    # minutes after that scale-up it is at 3,000/s: 1.5x the load the scale-up was made at. With
+    # surge_escalation_s the re-plan plans for 4,500/s (the rise once more); without, 3,000/s.
+    from dataclasses import replace
+
+    ev, ctx = setup(1000.0)
+    start = pd.Timestamp("2026-01-08 10:00")
+    clock = lambda s: start + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
+    history = pd.Series(1000.0, index=pd.date_range(end="2026-01-08 09:45", periods=7 * 96, freq="15min"))
+
+    class Flat:
+        method = "flat"
+
+        def fit(self, h):
+            return self
+
+        def update(self, h):
+            return self
+
+        def forecast(self, steps, quantiles):
+            stamps = pd.date_range(start - pd.Timedelta(minutes=15), periods=steps, freq="15min")
+            return SimpleNamespace(timestamps=stamps, quantiles={q: np.full(steps, 1000.0) for q in quantiles})
+
+    decider = PreemptiveDecider(PreemptiveConfig(quiet_s=0.0, surge_escalation_s=escalation_s),
+                                read_history=lambda: history, clock=clock, forecaster=lambda method: Flat())
+    config, changes, decisions = dict(ctx.config), (), []
+    for k, rate in enumerate((1000.0, 2000.0, 3000.0)):
+        e, _ = setup(rate)
+        w = replace(e.window, start_s=ctx.now_s + 300.0 * k, window_s=300.0)
+        d = decider.decide(Evaluation(**{**e.__dict__, "window": w}),
+                           replace(ctx, now_s=w.end_s, config=config, recent_changes_s=changes))
+        decisions.append(d)
+        if d.kind == DecisionKind.SCALE:  # the loop applies it
+            config, changes = dict(d.config), changes + (w.end_s,)
+    assert decisions[1].kind == DecisionKind.SCALE  # the jump to 2,000/s: a scale-up
+    level = decider.schedules_[-1].reconfigurations[0].level
+    surge = [r for r in decisions[2].reasons if r.startswith("surge")]
+    if escalation_s:
+        assert level >= 4500.0 and surge and "1.50x" in surge[0]
+        assert decisions[2].config["a"] * 1000.0 * ctx.targets.utilization_target >= 4500.0
+    else:
+        assert 3000.0 <= level < 4500.0 and not surge
+
+
 def test_preemptive_history_stays_on_a_coarser_given_grid():
     # a 30-minute history (the NYC-taxi trace's step) with forecast_step_s = 900: measured windows
     # are binned onto the history's 30-minute grid, so the series the forecaster fits is regular

@@ -129,6 +129,33 @@ def test_running_config_that_covers_the_first_segment_is_kept():
     assert s2.config_at(first.effective_at) == dict(plan(MODEL, HIGH).config)
 
 
+def test_keep_until_bounds_how_long_the_running_configuration_is_kept():
+    # A flat forecast is one run of equal levels: a larger running configuration that covers it
+    # is kept through all of it (no change). A committed scale-down (keep_until) ends the kept run
+    # then; once that time has come the change is made now; it never makes a change that does
+    # not shed instances.
+    flat = pd.Series(np.full(len(IDX), LOW), index=IDX)
+    big, small = dict(plan(MODEL, HIGH).config), dict(plan(MODEL, LOW).config)
+    cfg = ScheduleConfig(rate_resolution=0, lead_time_s=300)
+    now = IDX[0] - pd.Timedelta(minutes=30)
+    kept = schedule(MODEL, flat, LOW, cfg, now=now, current_config=big)
+    assert [r.direction for r in kept.reconfigurations] == ["keep"]
+    bounded = schedule(MODEL, flat, LOW, cfg, now=now, current_config=big, keep_until=IDX[4])
+    assert [r.direction for r in bounded.reconfigurations] == ["keep", "down"]
+    assert bounded.reconfigurations[1].issue_at == IDX[4]
+    assert dict(bounded.reconfigurations[1].config) == small
+    assert bounded.config_at(IDX[3]) == big
+    due = schedule(MODEL, flat, LOW, cfg, now=now, current_config=big, keep_until=now)
+    assert due.reconfigurations[0].direction == "initial" and dict(due.reconfigurations[0].config) == small
+    assert due.config_at(now + pd.Timedelta(seconds=300)) == small
+    same = schedule(MODEL, flat, LOW, cfg, now=now, current_config=small, keep_until=now)
+    assert [r.direction for r in same.reconfigurations] == ["keep"]
+    # a bound past the kept run changes nothing
+    peak = schedule(MODEL, _peak_series(), LOW, cfg, now=now, current_config=big)
+    late = schedule(MODEL, _peak_series(), LOW, cfg, now=now, current_config=big, keep_until=IDX[-1])
+    assert [r.to_dict() for r in peak.reconfigurations] == [r.to_dict() for r in late.reconfigurations]
+
+
 def test_measured_load_holds_one_stabilization_period_not_two():
     # Re-planning while the load falls: the floor (the load measured now) holds for one
     # stabilization period from now and then the level follows the forecast down, so a re-plan
