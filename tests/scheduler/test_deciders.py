@@ -37,6 +37,35 @@ def setup(rate, config=None, trusted=True, targets=Targets()):
     return ev, ctx
 
 
+class _Scripted:
+    """A forecaster whose every quantile is ``path(stamps)`` on a 15-min grid from ``first()``."""
+
+    method = "scripted"
+
+    def __init__(self, first, path) -> None:
+        self.first, self.path = first, path
+
+    def fit(self, history):
+        return self
+
+    def update(self, history):
+        return self
+
+    def forecast(self, steps, quantiles):
+        stamps = pd.date_range(self.first(), periods=steps, freq="15min")
+        values = np.asarray(self.path(stamps), float)
+        return SimpleNamespace(timestamps=stamps, quantiles={q: values for q in quantiles})
+
+
+START = pd.Timestamp("2026-01-08 10:00")
+WEEK_AT_1000 = pd.Series(1000.0, index=pd.date_range(end="2026-01-08 09:45", periods=7 * 96, freq="15min"))
+"""A week of 15-min history at 1,000/s before ``START``."""
+
+
+def _flat_1000(stamps):
+    return np.full(len(stamps), 1000.0)
+
+
 def test_model_decider_plans_one_step_above_the_band():
     ev, ctx = setup(1900.0)  # a at 2 x 1 ms: 95 % busy
     d = ModelDecider().decide(ev, ctx)
@@ -206,25 +235,12 @@ def test_preemptive_replans_floor_a_measured_peak_from_when_it_was_measured(anch
 
     ev_hi, ctx = setup(1900.0)
     ev_lo, _ = setup(1000.0)
-    start = pd.Timestamp("2026-01-08 10:00")
+    start = START
     clock = lambda s: start + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
-    history = pd.Series(1000.0, index=pd.date_range(end="2026-01-08 09:45", periods=7 * 96, freq="15min"))
-    class Flat:
-        method = "flat"
-
-        def fit(self, h):
-            return self
-
-        def update(self, h):
-            return self
-
-        def forecast(self, steps, quantiles):
-            stamps = pd.date_range(clock(ctx.now_s) - pd.Timedelta(minutes=15), periods=steps, freq="15min")
-            return SimpleNamespace(timestamps=stamps, quantiles={q: np.full(steps, 1000.0) for q in quantiles})
-
+    flat = _Scripted(lambda: start - pd.Timedelta(minutes=15), _flat_1000)
     decider = PreemptiveDecider(PreemptiveConfig(replan_s=900.0, band_quantile=0.0, anchored_floor=anchored,
                                                  stabilization_s=3600.0),
-                                read_history=lambda: history, clock=clock, forecaster=lambda method: Flat())
+                                read_history=lambda: WEEK_AT_1000, clock=clock, forecaster=lambda method: flat)
     for k in range(12):
         ev = ev_hi if k < 3 else ev_lo
         w = replace(ev.window, start_s=ctx.now_s + 300.0 * k, window_s=300.0)
@@ -252,29 +268,14 @@ def test_preemptive_committed_scale_down_is_not_put_off_by_replans(committed):
     from dataclasses import replace
 
     ev, ctx = setup(1000.0, config={"a": 4, "b": 2})
-    start = pd.Timestamp("2026-01-08 10:00")
-    clock = lambda s: start + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
-    history = pd.Series(1000.0, index=pd.date_range(end="2026-01-08 09:45", periods=7 * 96, freq="15min"))
+    clock = lambda s: START + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
     now_of = {}
-
-    class HourThenLow:
-        method = "hour-then-low"
-
-        def fit(self, h):
-            return self
-
-        def update(self, h):
-            return self
-
-        def forecast(self, steps, quantiles):
-            now = now_of["now"]
-            stamps = pd.date_range(now.floor("15min"), periods=steps, freq="15min")
-            values = np.where(stamps < now + pd.Timedelta(hours=1), 1000.0, 500.0)
-            return SimpleNamespace(timestamps=stamps, quantiles={q: values for q in quantiles})
-
+    hour_then_low = _Scripted(lambda: now_of["now"].floor("15min"),
+                              lambda stamps: np.where(stamps < now_of["now"] + pd.Timedelta(hours=1), 1000.0, 500.0))
     decider = PreemptiveDecider(PreemptiveConfig(replan_s=900.0, band_quantile=0.0, stabilization_s=3600.0,
                                                  committed_scale_down=committed),
-                                read_history=lambda: history, clock=clock, forecaster=lambda method: HourThenLow())
+                                read_history=lambda: WEEK_AT_1000, clock=clock,
+                                forecaster=lambda method: hour_then_low)
     for k in range(32):  # 160 min of 5-min windows
         w = replace(ev.window, start_s=ctx.now_s + 300.0 * k, window_s=300.0)
         now_of["now"] = clock(w.end_s)
@@ -301,25 +302,10 @@ def test_preemptive_surge_plans_one_step_ahead_of_a_load_still_rising(escalation
     from dataclasses import replace
 
     ev, ctx = setup(1000.0)
-    start = pd.Timestamp("2026-01-08 10:00")
-    clock = lambda s: start + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
-    history = pd.Series(1000.0, index=pd.date_range(end="2026-01-08 09:45", periods=7 * 96, freq="15min"))
-
-    class Flat:
-        method = "flat"
-
-        def fit(self, h):
-            return self
-
-        def update(self, h):
-            return self
-
-        def forecast(self, steps, quantiles):
-            stamps = pd.date_range(start - pd.Timedelta(minutes=15), periods=steps, freq="15min")
-            return SimpleNamespace(timestamps=stamps, quantiles={q: np.full(steps, 1000.0) for q in quantiles})
-
+    clock = lambda s: START + pd.Timedelta(seconds=s - ctx.now_s)  # noqa: E731
+    flat = _Scripted(lambda: START - pd.Timedelta(minutes=15), _flat_1000)
     decider = PreemptiveDecider(PreemptiveConfig(quiet_s=0.0, surge_escalation_s=escalation_s),
-                                read_history=lambda: history, clock=clock, forecaster=lambda method: Flat())
+                                read_history=lambda: WEEK_AT_1000, clock=clock, forecaster=lambda method: flat)
     config, changes, decisions = dict(ctx.config), (), []
     for k, rate in enumerate((1000.0, 2000.0, 3000.0)):
         e, _ = setup(rate)
