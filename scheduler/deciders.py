@@ -418,6 +418,9 @@ class PreemptiveConfig:
     57.5 / 657.4 / 29 vs 61.5 / 644.1 / 29. Fewer violation minutes for more instance-hours, the
     sum a little worse at the schedule's exchange rate (1,385 vs 1,368 minute-equivalents over
     both seeds): off by default, the instance-hours being where issue 20 misses by least."""
+    calendar_days: bool = False
+    """``scheduler.schedule.ScheduleConfig.calendar_days``: the schedule's daily budget counts per
+    calendar day of the forecast's clock, not in every 24 h window."""
     committed_scale_down: bool = False
     """A scale-down of the running configuration, once a re-plan has scheduled it, is not put
     off by later re-plans (``scheduler.schedule.schedule``'s ``keep_until``): it may come earlier
@@ -675,7 +678,8 @@ class PreemptiveDecider:
                              plan=PlanConfig(targets), restart_s=self.restart_s(ctx.model, ctx.config),
                              shift_s=p.shift_s, price_running=p.price_running,
                              violation_s_per_instance_hour=p.violation_s_per_instance_hour,
-                             solver=p.solver, reserved_reconfigurations=p.reserved_reconfigurations)
+                             solver=p.solver, reserved_reconfigurations=p.reserved_reconfigurations,
+                             calendar_days=p.calendar_days)
         key = (id(ctx.model), targets)
         if key != self._plans_key:
             self._plans, self._plans_key = {}, key

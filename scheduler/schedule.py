@@ -20,7 +20,8 @@ How the timeline is built (``docs/scheduler.md`` has the same with examples):
    ``current_load``, or before, ``measured``) floors the steps up to t + ``stabilization_s``, so
    the load has to stay low for a stabilization period after it was measured before anything
    may be sized below it, and a rolling re-plan does not restart that period.
-3. **At most ``max_reconfigurations_per_day``** in any 24 h window, counted as *issued*: the
+3. **At most ``max_reconfigurations_per_day``** in any 24 h window (per calendar day with
+   ``calendar_days``), counted as *issued*: the
    change at now (unless ``current_config`` is given and already right), every later change at
    its issue time (a scale-up ``lead_time_s`` before its segment), and the ``recent_issues``
    made before now (e.g. by the previous schedule of a rolling re-plan). While a window has too
@@ -129,6 +130,11 @@ class ScheduleConfig:
     (never past the next change), when the forecast load is lower then: the restart's backlog
     drains faster. The time with the least restart violation plus the extra instance-hours it
     holds (at ``violation_s_per_instance_hour``) is taken. 0 = changes at their default times."""
+    calendar_days: bool = False
+    """Step 3 (the ``rules`` solver) counts the changes per calendar day of the forecast's
+    timestamps (midnight to midnight) instead of in every 24 h window: a day whose changes are
+    spent frees its budget at midnight, not 24 h after its first change (a morning's changes
+    would otherwise hold the evening's configuration into the next afternoon)."""
     solver: str = "rules"
     """How the timeline is chosen: ``rules`` (steps 3-7 of the module docstring: segments of equal
     level, greedy merges, priced scale-downs) or ``priced`` (step 8: the cheapest timeline by
@@ -388,19 +394,24 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
 
     K = config.max_reconfigurations_per_day
     planned_limit = K - config.reserved_reconfigurations
+    now_epoch_s = (now - pd.Timestamp(0, tz=now.tz)).total_seconds()  # calendar days of the forecast's clock
     while len(seg) > 1:
         changes = np.array([issue_s(n) for n in range(1, len(seg))])
         fixed = list(recent) + ([0.0] if initial_is_change() else [])
         events = np.concatenate([np.asarray(fixed, dtype=float), changes])
         movable = np.concatenate([np.zeros(len(fixed), bool), np.ones(len(changes), bool)])
-        counts = np.array([np.sum((events >= t) & (events < t + DAY_S)) for t in events])
+        if config.calendar_days:
+            day = np.floor((now_epoch_s + events) / DAY_S)
+            same = [day == d for d in day]
+        else:
+            same = [(events >= t) & (events < t + DAY_S) for t in events]
+        counts = np.array([np.sum(m) for m in same])
         if counts.max() <= planned_limit:
             break
         crowded = set()
-        for t, c in zip(events, counts):
+        for m, c in zip(same, counts):
             if c > planned_limit:
-                inside = (events >= t) & (events < t + DAY_S) & movable
-                crowded.update((np.nonzero(inside)[0] - len(fixed)).tolist())
+                crowded.update((np.nonzero(m & movable)[0] - len(fixed)).tolist())
         if not crowded:
             break  # only the fixed changes (before now, and the one at now) are over the limit
         best, best_cost = None, math.inf

@@ -204,6 +204,13 @@ class Params:
     surge_escalation_s: float = 0.0
     """``scheduler.deciders.PreemptiveConfig.surge_escalation_s`` (a load still rising soon after
     a scale-up is planned for one step ahead; trace s)."""
+    calendar_days: bool = False
+    """augury's daily budget per calendar day of the trace, in the schedule
+    (``scheduler.deciders.PreemptiveConfig.calendar_days``) and the guard
+    (``GuardRails.budget_calendar_days``), not in every 24 h window."""
+    guard_budget: bool = True
+    """augury's guard keeps the daily budget too (``GuardRails.max_reconfigurations_per_day``);
+    False: only the schedule budgets its changes."""
     committed_scale_down: bool = False
     """``scheduler.deciders.PreemptiveConfig.committed_scale_down`` (a scheduled scale-down of the
     running configuration is not put off by later re-plans)."""
@@ -226,7 +233,7 @@ def settings(params: Params):
         violation_s_per_instance_hour=params.violation_s_per_instance_hour, shift_s=params.shift_s,
         solver=params.solver, reserved_reconfigurations=params.reserved_reconfigurations,
         price_running=params.price_running, anchored_floor=params.anchored_floor,
-        committed_scale_down=params.committed_scale_down,
+        committed_scale_down=params.committed_scale_down, calendar_days=params.calendar_days,
         surge_escalation_s=params.surge_escalation_s,
         miss_correction_s=params.miss_correction_s,
         miss_utilization_target=params.miss_utilization_target)
@@ -277,8 +284,10 @@ def loop_config(params: Params):
     return LoopConfig(interval_s=params.window_s * params.speedup,
                       targets=Targets(utilization_target=params.augury_utilization_target,
                                       latency_slo_ms=params.latency_slo_ms),
-                      guard=GuardRails(max_reconfigurations_per_day=params.max_reconfigurations_per_day,
-                                       budget_spares_scale_ups=params.budget_spares_scale_ups))
+                      guard=GuardRails(max_reconfigurations_per_day=(params.max_reconfigurations_per_day
+                                                                     if params.guard_budget else None),
+                                       budget_spares_scale_ups=params.budget_spares_scale_ups,
+                                       budget_calendar_days=params.calendar_days))
 
 
 def prepare(trace: str, params: Params, days: float, seed: int, truth, traces_dir, spec: tuple | None = None):

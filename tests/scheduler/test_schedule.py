@@ -156,6 +156,27 @@ def test_keep_until_bounds_how_long_the_running_configuration_is_kept():
     assert [r.to_dict() for r in peak.reconfigurations] == [r.to_dict() for r in late.reconfigurations]
 
 
+def test_calendar_days_free_the_budget_at_midnight():
+    # Two changes yesterday afternoon and a budget of 3: in any 24 h window the peak's scale-up
+    # (09:50 today) joins them and the change at now, so one change is merged away; per calendar
+    # day today has only the peak's two.
+    now = IDX[0] - pd.Timedelta(minutes=30)
+    yesterday = [IDX[0] - pd.Timedelta(hours=12), IDX[0] - pd.Timedelta(hours=11)]
+    base = dict(rate_resolution=0, lead_time_s=600, stabilization_s=3600, lookahead_s=0,
+                max_reconfigurations_per_day=3)
+    sliding = schedule(MODEL, _peak_series(), LOW, ScheduleConfig(**base), now=now, recent_issues=yesterday)
+    calendar = schedule(MODEL, _peak_series(), LOW, ScheduleConfig(**base, calendar_days=True), now=now,
+                        recent_issues=yesterday)
+    assert [r.direction for r in calendar.reconfigurations] == ["initial", "up", "down"]
+    assert len(sliding.changes()) < len(calendar.changes())
+    # with the budget free, both count the same
+    free = dict(base, max_reconfigurations_per_day=12)
+    assert [r.to_dict() for r in schedule(MODEL, _peak_series(), LOW, ScheduleConfig(**free), now=now,
+                                          recent_issues=yesterday).reconfigurations] == \
+        [r.to_dict() for r in schedule(MODEL, _peak_series(), LOW, ScheduleConfig(**free, calendar_days=True),
+                                       now=now, recent_issues=yesterday).reconfigurations]
+
+
 def test_measured_load_holds_one_stabilization_period_not_two():
     # Re-planning while the load falls: the floor (the load measured now) holds for one
     # stabilization period from now and then the level follows the forecast down, so a re-plan
