@@ -292,7 +292,7 @@ class LoopController:
         self.bed = bed
         self.actuator = ReplayActuator(bed)
         lc = replace(self.loop_config, interval_s=cfg.window_s * cfg.time_scale).scaled(1.0 / cfg.time_scale)
-        if lc.guard.budget_calendar_days:  # the replay starts at a midnight of its trace's clock
+        if lc.guard.budget_per_calendar_day:  # the replay starts at a midnight of its trace's clock
             lc = replace(lc, guard=replace(lc.guard, budget_day_origin_s=float(bed.epoch0_s)))
         decider = self.decider_factory(bed, cfg) if self.decider_factory is not None else None
         self.loop = ControlLoop(self.model, bed, self.actuator, lc, store=self.store, decider=decider)

@@ -418,10 +418,10 @@ class PreemptiveConfig:
     57.5 / 657.4 / 29 vs 61.5 / 644.1 / 29. Fewer violation minutes for more instance-hours, the
     sum a little worse at the schedule's exchange rate (1,385 vs 1,368 minute-equivalents over
     both seeds): off by default, the instance-hours being where issue 20 misses by least."""
-    calendar_days: bool = False
-    """``scheduler.schedule.ScheduleConfig.calendar_days``: the schedule's daily budget counts per
+    budget_per_calendar_day: bool = False
+    """``scheduler.schedule.ScheduleConfig.budget_per_calendar_day``: the schedule's daily budget counts per
     calendar day of the forecast's clock, not in every 24 h window (set the guard's
-    ``budget_calendar_days`` with it).
+    ``budget_per_calendar_day`` with it).
 
     Off by default. Measured on the held-out tuning days only (``TUNING_DAYS``, 2 d per trace,
     WordCount on its true model, schedule and guard per calendar day, 2026-12-06; violation
@@ -688,7 +688,7 @@ class PreemptiveDecider:
                              shift_s=p.shift_s, price_running=p.price_running,
                              violation_s_per_instance_hour=p.violation_s_per_instance_hour,
                              solver=p.solver, reserved_reconfigurations=p.reserved_reconfigurations,
-                             calendar_days=p.calendar_days)
+                             budget_per_calendar_day=p.budget_per_calendar_day)
         key = (id(ctx.model), targets)
         if key != self._plans_key:
             self._plans, self._plans_key = {}, key

@@ -10,7 +10,7 @@ entries in ``GuardView``, and keeps the returned ``GuardState`` for the next ste
 4. **Daily budget**: at most ``max_reconfigurations_per_day`` applied reconfigurations in any
    ``budget_window_s`` (24 h unless scaled; a restart of one instance is not a reconfiguration);
    with ``budget_spares_scale_ups`` a spent budget stops scale-downs only; with
-   ``budget_calendar_days`` the budget counts the changes since the day began instead.
+   ``budget_per_calendar_day`` the budget counts the changes since the day began instead.
 5. **Bounds and step cap**: every operator within ``[min, max]`` parallelism (global and the
    model's per-operator bounds), at most ``max_change_per_step`` instances gained or lost.
 6. **Scale-down delay**: a pure scale-down must be recommended continuously for
@@ -65,7 +65,7 @@ class GuardRails:
     scale-downs only: a load the plan missed is still met (a spent budget otherwise holds an
     under-provisioned job for up to a day). Changes stay bounded: with no scale-down allowed,
     each one past the budget adds instances, up to the parallelism limits."""
-    budget_calendar_days: bool = False
+    budget_per_calendar_day: bool = False
     """The daily budget counts the reconfigurations since the current day began (days of
     ``budget_window_s`` from ``budget_day_origin_s``) instead of in the last ``budget_window_s``:
     a day's spent budget is free again at midnight, not 24 h after its first change."""
@@ -129,8 +129,8 @@ def in_blackout(at_s: float, blackout: Sequence[tuple[str, str]]) -> bool:
 
 def budget_since(now_s: float, rails: GuardRails) -> float:
     """From when the daily budget counts changes at ``now_s`` (s): the start of the current day
-    with ``budget_calendar_days``, else just after ``now_s - budget_window_s``."""
-    if rails.budget_calendar_days:
+    with ``budget_per_calendar_day``, else just after ``now_s - budget_window_s``."""
+    if rails.budget_per_calendar_day:
         w, o = rails.budget_window_s, rails.budget_day_origin_s
         return o + math.floor((now_s - o) / w) * w
     return math.nextafter(now_s - rails.budget_window_s, math.inf)
@@ -226,7 +226,7 @@ def _one(d: Decision, state: GuardState, rails: GuardRails,
     if budget is not None:
         used = sum(1 for t in state.changes_s if t >= budget_since(now, rails))
         if used >= budget:
-            span = "since the day began" if rails.budget_calendar_days else f"in the last {rails.budget_window_s:g} s"
+            span = "since the day began" if rails.budget_per_calendar_day else f"in the last {rails.budget_window_s:g} s"
             spent = f"daily budget spent: {used} reconfigurations {span} (max_reconfigurations_per_day = {budget})"
             if not rails.budget_spares_scale_ups:
                 return None, state, [spent]

@@ -21,7 +21,7 @@ How the timeline is built (``docs/scheduler.md`` has the same with examples):
    the load has to stay low for a stabilization period after it was measured before anything
    may be sized below it, and a rolling re-plan does not restart that period.
 3. **At most ``max_reconfigurations_per_day``** in any 24 h window (per calendar day with
-   ``calendar_days``), counted as *issued*: the
+   ``budget_per_calendar_day``), counted as *issued*: the
    change at now (unless ``current_config`` is given and already right), every later change at
    its issue time (a scale-up ``lead_time_s`` before its segment), and the ``recent_issues``
    made before now (e.g. by the previous schedule of a rolling re-plan). While a window has too
@@ -130,7 +130,7 @@ class ScheduleConfig:
     (never past the next change), when the forecast load is lower then: the restart's backlog
     drains faster. The time with the least restart violation plus the extra instance-hours it
     holds (at ``violation_s_per_instance_hour``) is taken. 0 = changes at their default times."""
-    calendar_days: bool = False
+    budget_per_calendar_day: bool = False
     """Step 3 (the ``rules`` solver) counts the changes per calendar day of the forecast's
     timestamps (midnight to midnight) instead of in every 24 h window: a day whose changes are
     spent frees its budget at midnight, not 24 h after its first change (a morning's changes
@@ -400,7 +400,7 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
         fixed = list(recent) + ([0.0] if initial_is_change() else [])
         events = np.concatenate([np.asarray(fixed, dtype=float), changes])
         movable = np.concatenate([np.zeros(len(fixed), bool), np.ones(len(changes), bool)])
-        if config.calendar_days:
+        if config.budget_per_calendar_day:
             day = np.floor((now_epoch_s + events) / DAY_S)
             same = [day == d for d in day]
         else:

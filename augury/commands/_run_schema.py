@@ -277,6 +277,8 @@ class Range:
     def __str__(self) -> str:
         def num(v: float) -> str:
             return f"{v:g}"
+        if self.hi is None and self.lo is None:
+            return "any number"
         if self.hi is None:
             return ">= " + num(self.lo) if self.lo_closed else "> " + num(self.lo)
         if self.lo is None:
@@ -319,6 +321,7 @@ RANGES: dict[str, str] = {
     "GuardRails.scale_down_delay_s": "[0, inf)",
     "GuardRails.max_reconfigurations_per_day": "[1, inf)",
     "GuardRails.budget_window_s": "(0, inf)",
+    "GuardRails.budget_day_origin_s": "(-inf, inf)",
     # scheduler.trust.TrustConfig (no own checks)
     "TrustConfig.throughput_tolerance": "(0, inf)",
     "TrustConfig.utilization_tolerance": "(0, inf)",
@@ -363,6 +366,7 @@ RANGES: dict[str, str] = {
     # scheduler.deciders.PreemptiveConfig (run.py's _preemptive_spec checks, mirrored)
     "PreemptiveConfig.restart_s": "[0, inf)",
     "PreemptiveConfig.shift_s": "[0, inf)",
+    "PreemptiveConfig.surge_escalation_s": "[0, inf)",
     "PreemptiveConfig.violation_s_per_instance_hour": "[0, inf)",
     "PreemptiveConfig.quantile": "(0, 1)",
     "PreemptiveConfig.band_quantile": "[0, 1)",

@@ -204,10 +204,10 @@ class Params:
     surge_escalation_s: float = 0.0
     """``scheduler.deciders.PreemptiveConfig.surge_escalation_s`` (a load still rising soon after
     a scale-up is planned for one step ahead; trace s)."""
-    calendar_days: bool = False
+    budget_per_calendar_day: bool = False
     """augury's daily budget per calendar day of the trace, in the schedule
-    (``scheduler.deciders.PreemptiveConfig.calendar_days``) and the guard
-    (``GuardRails.budget_calendar_days``), not in every 24 h window."""
+    (``scheduler.deciders.PreemptiveConfig.budget_per_calendar_day``) and the guard
+    (``GuardRails.budget_per_calendar_day``), not in every 24 h window."""
     guard_budget: bool = True
     """augury's guard keeps the daily budget too (``GuardRails.max_reconfigurations_per_day``);
     False: only the schedule budgets its changes."""
@@ -233,7 +233,7 @@ def settings(params: Params):
         violation_s_per_instance_hour=params.violation_s_per_instance_hour, shift_s=params.shift_s,
         solver=params.solver, reserved_reconfigurations=params.reserved_reconfigurations,
         price_running=params.price_running, anchored_floor=params.anchored_floor,
-        committed_scale_down=params.committed_scale_down, calendar_days=params.calendar_days,
+        committed_scale_down=params.committed_scale_down, budget_per_calendar_day=params.budget_per_calendar_day,
         surge_escalation_s=params.surge_escalation_s,
         miss_correction_s=params.miss_correction_s,
         miss_utilization_target=params.miss_utilization_target)
@@ -287,7 +287,7 @@ def loop_config(params: Params):
                       guard=GuardRails(max_reconfigurations_per_day=(params.max_reconfigurations_per_day
                                                                      if params.guard_budget else None),
                                        budget_spares_scale_ups=params.budget_spares_scale_ups,
-                                       budget_calendar_days=params.calendar_days))
+                                       budget_per_calendar_day=params.budget_per_calendar_day))
 
 
 def prepare(trace: str, params: Params, days: float, seed: int, truth, traces_dir, spec: tuple | None = None):

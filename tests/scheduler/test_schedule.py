@@ -165,7 +165,7 @@ def test_calendar_days_free_the_budget_at_midnight():
     base = dict(rate_resolution=0, lead_time_s=600, stabilization_s=3600, lookahead_s=0,
                 max_reconfigurations_per_day=3)
     sliding = schedule(MODEL, _peak_series(), LOW, ScheduleConfig(**base), now=now, recent_issues=yesterday)
-    calendar = schedule(MODEL, _peak_series(), LOW, ScheduleConfig(**base, calendar_days=True), now=now,
+    calendar = schedule(MODEL, _peak_series(), LOW, ScheduleConfig(**base, budget_per_calendar_day=True), now=now,
                         recent_issues=yesterday)
     assert [r.direction for r in calendar.reconfigurations] == ["initial", "up", "down"]
     assert len(sliding.changes()) < len(calendar.changes())
@@ -173,7 +173,7 @@ def test_calendar_days_free_the_budget_at_midnight():
     free = dict(base, max_reconfigurations_per_day=12)
     assert [r.to_dict() for r in schedule(MODEL, _peak_series(), LOW, ScheduleConfig(**free), now=now,
                                           recent_issues=yesterday).reconfigurations] == \
-        [r.to_dict() for r in schedule(MODEL, _peak_series(), LOW, ScheduleConfig(**free, calendar_days=True),
+        [r.to_dict() for r in schedule(MODEL, _peak_series(), LOW, ScheduleConfig(**free, budget_per_calendar_day=True),
                                        now=now, recent_issues=yesterday).reconfigurations]
 
 
