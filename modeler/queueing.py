@@ -119,16 +119,16 @@ What is modelled (``docs/design.md`` section 2), and the assumptions:
    m = 1 + h max(0, N - K) (``cpu_overhead_factor``), the rest of its service unchanged: its
    service becomes E[S](1 + cpu_share (m - 1)) before any stretch, and m x cpu_share x E[S] of it
    is CPU work that the stretch then lengthens. Why: on the live Flink cluster (flink-sql's q8,
-   every core busy at its max rate) the TaskManager's CPU per tuple rose with the job's instance
-   count (4.4-5.3 us at 7 instances, 5.5-6.6 us at 12-22) while the datagen's thread's stayed
-   ~1.0-1.2 us: more threads than cores cost the engine switches, cache misses, channels and
-   timers, which processor sharing alone (a wait, not more work) does not express. The job's
-   count, not the operator's own: q8's two configurations of 9 instances that double different
-   operators cost within their noise of each other, where a per-operator growth puts the cheaper
-   one higher. Sources' own CPU (``cpu_ms_per_tuple``) is not multiplied (the datagen's thread,
-   measured per window, stayed flat). A linear growth is the simplest form with one parameter;
-   the engine's own data (q8 flat from 12 to 17 instances in one run, rising in the other) are
-   too noisy to tell a saturating one from it. With h = 0, or N <= K, nothing changes.
+   every core busy at its max rate) the TaskManager's CPU per tuple beyond the datagen's thread
+   rose with the job's instance count (3.5-4.3 us at 7 instances, 4.0-5.8 us at 9-22, runs
+   ba5c92eb and 3a0721e0) while the datagen thread's stayed ~1.0-1.2 us: more threads than cores
+   cost the engine switches, cache misses, channels and timers, which processor sharing alone
+   (a wait, not more work) does not express. Over both runs' 16 q8 configurations a line in
+   N - K leaves 0.45 us rms (4.04 us x (1 + 0.018 (N - 2))), a constant 0.57; a growth with each
+   operator's own instance count fits no better (0.454), a saturating one in 1/N hardly (0.42):
+   the data are too noisy to prefer either over the simplest form, one job-wide parameter.
+   Sources' own CPU (``cpu_ms_per_tuple``) is not multiplied (the datagen's thread, measured per
+   configuration, stayed flat). With h = 0, or N <= K, nothing changes.
    Closed forms it meets: one operator with cpu_share 1 saturates at K / E[S] once its
    instances outnumber the cores; instances that do not outnumber the cores are never stretched
    (the model without ``resources``, bit for bit); ``cpu_share`` 0 makes the cores irrelevant.
