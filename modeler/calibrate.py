@@ -374,7 +374,8 @@ class Calibrator:
         trusts = [f.service_time_ms.trust for f in self.operators_.values()] + \
                  [f.selectivity.trust for f in self.edges_.values()] + \
                  [f.trust for f in self.sources_.values()]
-        if self.cpu_overhead_ is not None:
+        if self.cpu_overhead_ is not None and np.isfinite(self.cpu_overhead_.trust):
+            # (two configurations put a line through two points: no holdout, no trust to add)
             trusts.append(self.cpu_overhead_.trust)
         self.trust_ = float(min(trusts)) if trusts else 0.0
         self.model_ = self._assemble(topology, self.network_delay_ms_.value if self.network_delay_ms_ else
