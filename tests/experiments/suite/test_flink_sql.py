@@ -192,7 +192,7 @@ def test_calibration_windows_are_logged_as_tables_and_refit_offline_as_the_run_d
     from tests.modeler.test_calibrate import _OVERHEAD_TRUTH, _testbed_history
 
     truth = parse_model(_OVERHEAD_TRUTH)
-    ops, edges, engine, threads = _testbed_history(truth, [{"a": 2}, {"a": 5}], [0.7])
+    ops, edges, engine, threads = _testbed_history(truth, [{"a": 2}, {"a": 4}, {"a": 6}], [0.7])
     topology = {**_OVERHEAD_TRUTH, "resources": {"cores": 2}, "operators": [
         {k: v for k, v in op.items() if k not in ("service_time_ms", "cpu_share", "cpu_ms_per_tuple")}
         for op in _OVERHEAD_TRUTH["operators"]]}
