@@ -88,6 +88,20 @@ What is fitted, and the rules:
   operators whose flows keep one ratio, came out 0.14 / 0.0 / 1.0 / 1.0 / 0.0) take one common
   share. No idle term: the engine's CPU with no traffic is charged to the operators (the
   conservative side: more CPU work per tuple, less capacity).
+* **Per-instance CPU overhead** (``cpu_overhead_per_instance`` h: ``modeler.queueing``, "Shared
+  cores"; ``CalibrationConfig.fit_cpu_overhead``): every operator's CPU work per tuple times
+  m = 1 + h max(0, N - cores), N the instances computing. Fitted where the sources' threads and
+  the engine's CPU are measured and the windows' instance counts beyond the cores take at least
+  two values, from the engine's CPU alone, before the shares: per configuration, the operators'
+  CPU per input tuple (the engine's CPU minus the sources' measured cost x generated rate, over
+  the generated rate) is a line in N - cores, a (1 + h (N - cores)) (weighted by tuples), so h =
+  slope / intercept, kept only when the line predicts a left-out configuration better than no
+  growth does (the contention form's rule above), so it needs three configurations or more. Not from busy time: busy time is wall time and grows with parallelism
+  beyond processor sharing on a real engine without more CPU (q1's Calc, flink-sql), which h
+  must not absorb. Bounded to [0, ``MAX_CPU_OVERHEAD_PER_INSTANCE``]: a CPU per tuple that
+  falls with more instances is noise or amortization, not something to extrapolate (h = 0).
+  The joint fit of services and shares then holds h: the engine's CPU and the busy time's CPU
+  part both carry the factor m. Otherwise the topology's h is kept (0 unless given).
 * **Per-hop delay** when end-to-end latency was measured: the median excess of measured over
   predicted (delay-free) latency per hop, in steady-state windows below 80 % utilization.
 
@@ -107,6 +121,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from modeler.errors import CalibrationError
+from modeler.limits import MAX_CPU_OVERHEAD_PER_INSTANCE
 from modeler.keys import instance_shares, key_group_weights
 from modeler.modelfile import EdgeSpec, JobModel, KeySpec, OperatorSpec, ScalingSpec, to_graph
 
@@ -178,6 +193,10 @@ class CalibrationConfig:
     cpu_share_max_se: float = 0.1
     """With the sources' threads and the engine's CPU measured, a CPU share fitted to a standard
     error above this is not told apart from the others: such shares take one common value."""
+    fit_cpu_overhead: bool = True
+    """Fit the per-instance CPU overhead (``cpu_overhead_per_instance``) where the sources' threads
+    and the engine's CPU are measured and the windows' instance counts beyond the cores differ;
+    False keeps the topology's (the fit as before it)."""
     source_cpu_min_rate_ratio: float = 1.5
     """The sources' CPU cost per tuple is the slope of a line through the windows' (generated
     rate, sources' CPU) when the highest rate is at least this times the lowest; else (one rate,
@@ -264,7 +283,8 @@ class Calibrator:
     ``queue_in_flight_ms_`` (the queue gauge's in-flight time per tuple, fitted with the SCVs),
     ``sources_`` ({source: ParameterFit of its ``cpu_ms_per_tuple``}: shared cores with
     ``engine_cpu`` only), ``engine_idle_cores_`` (the engine's CPU with no traffic, when a line
-    was fitted, else None), ``trust_`` and ``model_`` (the calibrated ``JobModel``, with a
+    was fitted, else None), ``cpu_overhead_`` (ParameterFit of the per-instance CPU overhead when
+    it was fitted, else None), ``trust_`` and ``model_`` (the calibrated ``JobModel``, with a
     ``calibration`` section).
     """
 
@@ -297,6 +317,7 @@ class Calibrator:
             source_cpu = _require_columns(source_cpu, SOURCE_CPU_COLUMNS, "source_cpu")
         self.sources_: dict[str, ParameterFit] = {}
         self.engine_idle_cores_: float | None = None
+        self.cpu_overhead_: ParameterFit | None = None
         topology = topology or infer_topology(ops, edges, job=job or _job_name(ops), config=cfg)
         self.topology_ = topology
 
@@ -314,7 +335,7 @@ class Calibrator:
 
         draft = self._assemble(topology, network_delay_ms=0.0)
         if topology.cores is not None:
-            for name, fit in _fit_cpu_shares(draft, ops, cfg, self.operators_)[0].items():
+            for name, fit in _fit_cpu_shares(draft, ops, cfg, self.operators_).operators.items():
                 self.operators_[name] = fit
             draft = self._assemble(topology, network_delay_ms=0.0)
             if source_cpu is not None:
@@ -323,10 +344,14 @@ class Calibrator:
                 self.sources_ = _fit_measured_source_cpu(draft, ops, source_cpu, cfg)
                 if self.sources_:
                     draft = self._assemble(topology, network_delay_ms=0.0)
+                    if engine_cpu is not None and cfg.fit_cpu_overhead:
+                        # the engine's CPU per tuple at different instance counts: the overhead
+                        self.cpu_overhead_ = _fit_cpu_overhead(draft, ops, engine_cpu, self.sources_, cfg)
+                        draft = self._assemble(topology, network_delay_ms=0.0)
                     # with the engine's CPU too, it fixes the shares (the sources' cost held)
                     self.operators_.update(_fit_cpu_shares(
                         draft, ops, cfg, self.operators_, engine_cpu=engine_cpu,
-                        sources=self.sources_ if engine_cpu is not None else None, hold_sources=True)[0])
+                        sources=self.sources_ if engine_cpu is not None else None, hold_sources=True).operators)
                     draft = self._assemble(topology, network_delay_ms=0.0)
             elif engine_cpu is not None:
                 # The sources' CPU stretches the operators' service in every window, and the
@@ -336,10 +361,11 @@ class Calibrator:
                 self.sources_, self.engine_idle_cores_ = _fit_source_cpu(draft, ops, engine_cpu, cfg)
                 if self.sources_:
                     draft = self._assemble(topology, network_delay_ms=0.0)
-                    fits, self.sources_, self.engine_idle_cores_ = _fit_cpu_shares(
+                    shares = _fit_cpu_shares(
                         draft, ops, cfg, self.operators_, engine_cpu=engine_cpu, sources=self.sources_,
                         idle_cores=self.engine_idle_cores_)
-                    self.operators_.update(fits)
+                    self.operators_.update(shares.operators)
+                    self.sources_, self.engine_idle_cores_ = shares.sources, shares.idle_cores
                     draft = self._assemble(topology, network_delay_ms=0.0)
         scvs, self.queue_in_flight_ms_ = _fit_scv_through_model(draft, ops, cfg)
         for name, scv in scvs.items():
@@ -349,6 +375,8 @@ class Calibrator:
         trusts = [f.service_time_ms.trust for f in self.operators_.values()] + \
                  [f.selectivity.trust for f in self.edges_.values()] + \
                  [f.trust for f in self.sources_.values()]
+        if self.cpu_overhead_ is not None:
+            trusts.append(self.cpu_overhead_.trust)
         self.trust_ = float(min(trusts)) if trusts else 0.0
         self.model_ = self._assemble(topology, self.network_delay_ms_.value if self.network_delay_ms_ else
                                      topology.network_delay_ms, with_section=True)
@@ -377,8 +405,11 @@ class Calibrator:
         section = self.calibration_section(network_delay_ms) if with_section else topology.calibration
         cfg = self.config or CalibrationConfig()
         buffer = topology.buffer_tuples if topology.buffer_tuples is not None else cfg.buffer_tuples
+        overhead = getattr(self, "cpu_overhead_", None)
         return replace(topology, operators=tuple(operators), edges=tuple(edges), buffer_tuples=buffer,
-                       network_delay_ms=network_delay_ms, calibration=section, source_file=None)
+                       network_delay_ms=network_delay_ms, calibration=section, source_file=None,
+                       cpu_overhead_per_instance=overhead.value if overhead is not None
+                       else topology.cpu_overhead_per_instance)
 
     def calibration_section(self, network_delay_ms: float | None = None) -> dict[str, Any]:
         """The ``calibration:`` section of the model file: what was fitted and how well."""
@@ -407,6 +438,9 @@ class Calibrator:
             idle = getattr(self, "engine_idle_cores_", None)
             if idle is not None:
                 section["engine_idle_cores"] = idle
+        overhead = getattr(self, "cpu_overhead_", None)
+        if overhead is not None:
+            section["cpu_overhead_per_instance"] = overhead.to_dict()
         delay = getattr(self, "network_delay_ms_", None)
         if delay is not None:
             section["network_delay_ms"] = delay.to_dict()
@@ -477,11 +511,19 @@ def _fit_operator(spec: OperatorSpec, rows: pd.DataFrame, cfg: CalibrationConfig
                        parallelism=latest, parallelisms_seen=seen)
 
 
+@dataclass(frozen=True)
+class _ShareFit:
+    """What ``_fit_cpu_shares`` returns."""
+
+    operators: dict[str, OperatorFit]
+    sources: dict[str, ParameterFit]
+    idle_cores: float | None
+
+
 def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
                     fits: Mapping[str, OperatorFit], engine_cpu: pd.DataFrame | None = None,
                     sources: Mapping[str, ParameterFit] | None = None, idle_cores: float | None = None,
-                    hold_sources: bool = False
-                    ) -> tuple[dict[str, OperatorFit], dict[str, ParameterFit], float | None]:
+                    hold_sources: bool = False) -> _ShareFit:
     """Base service time and CPU share per operator under shared cores (module docstring, "CPU
     share"): the model's stretch per window against the measured services, least squares.
 
@@ -491,14 +533,16 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
     the engine's CPU per window joins the residuals: idle + cost x generated rate + every
     operator's processed rate x base service x share. ``hold_sources``: the sources' cost was
     measured (their own threads' CPU) and stays as given, and the operators whose stretch cannot
-    tell their share get one common share fitted from the engine's CPU (no idle term). Returns
-    (operator fits, source fits, idle cores); the last two as given without them."""
-    from modeler.queueing import compile_model, core_stretch
+    tell their share get one common share fitted from the engine's CPU (no idle term). The
+    model's per-instance CPU overhead is held: it multiplies the operators' CPU work in the
+    engine's CPU and in the busy time. The sources and idle cores are returned as given without
+    the engine's CPU."""
+    from modeler.queueing import compile_model, core_stretch, cpu_overhead_factor
 
     sources = dict(sources or {})
     windows, compiled, P, R = _window_inputs(model, ops)
     if not windows:
-        return {}, sources, idle_cores
+        return _ShareFit({}, sources, idle_cores)
     row_of = {w: i for i, w in enumerate(windows)}
     measured: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for name, fit in fits.items():
@@ -513,7 +557,7 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
         measured[name] = (idx, service[ok], rate[ok])
     names = [n for n, (idx, _, _) in measured.items() if len(idx) >= cfg.min_windows]
     if not names:
-        return {}, sources, idle_cores
+        return _ShareFit({}, sources, idle_cores)
     cols = [compiled.index[n] for n in names]
     n_ops = len(names)
 
@@ -547,11 +591,15 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
             for op in model.operators))
 
     def stretches(theta: np.ndarray) -> np.ndarray:
-        return core_stretch(compile_model(with_params(theta)), P, R)
+        """The factor on the CPU part of each operator's service per window [windows, V]: the
+        per-instance overhead times the stretch (busy time = E[S](1 + c (this - 1)))."""
+        c = compile_model(with_params(theta))
+        return core_stretch(c, P, R) * cpu_overhead_factor(c, P)[:, None]
 
     def engine_cpu_of(theta: np.ndarray) -> np.ndarray:
         c = compile_model(with_params(theta))
-        work = c.service_at(P[cpu_rows]) * np.asarray(c.cpu_share)[None, :]
+        work = c.service_at(P[cpu_rows]) * np.asarray(c.cpu_share)[None, :] \
+            * cpu_overhead_factor(c, P[cpu_rows])[:, None]
         return theta[2 * n_ops + 1] + theta[2 * n_ops] / 1000.0 * R[cpu_rows] + (flows * work).sum(axis=1)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
@@ -624,7 +672,7 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
                            holdout_error=error, source="measured")  # in-sample, as the shares'
         sources = {name: fit for name in source_names}
         idle_cores = idle if idle_cores is not None else None
-    return out, sources, idle_cores
+    return _ShareFit(out, sources, idle_cores)
 
 
 def _share_errors(result, n_ops: int, free: np.ndarray, with_common: bool) -> np.ndarray:
@@ -646,6 +694,72 @@ def _share_errors(result, n_ops: int, free: np.ndarray, with_common: bool) -> np
         se = np.full(len(cols), np.inf)
     out[free] = se[n_ops:n_ops + int(free.sum())]
     return out
+
+
+def _fit_cpu_overhead(model: JobModel, ops: pd.DataFrame, engine_cpu: pd.DataFrame,
+                      sources: Mapping[str, ParameterFit], cfg: CalibrationConfig) -> ParameterFit | None:
+    """The per-instance CPU overhead h from the engine's CPU (module docstring, "Per-instance CPU
+    overhead"). Per configuration of the windows: the operators' CPU per generated tuple (sum
+    over its windows of the engine's CPU minus the sources' measured cost x their rate, over the
+    sum of their rates: an engine CPU read once per configuration, as flink-sql's, weighs the
+    same), against its computing instances beyond the cores; a line a (1 + h x) through them
+    weighted by tuples; h = slope / intercept in [0, ``MAX_CPU_OVERHEAD_PER_INSTANCE``], and 0
+    unless the line predicts a left-out configuration's CPU per tuple better than their mean does
+    (median relative error, leave one configuration out: the holdout error reported). None
+    without cores, with fewer than three configurations, fewer than two instance counts beyond
+    the cores or fewer than ``min_windows`` usable windows."""
+    from modeler.queueing import compile_model, cpu_overhead_factor
+
+    if model.cores is None or not sources:
+        return None
+    cpu = engine_cpu.groupby("window_start")["cpu_cores"].mean()
+    windows, _, P, rate = _window_inputs(model, ops, sorted(set(cpu.index)))
+    if not windows:
+        return None
+    # with h = 1 the factor minus one is the count of computing instances beyond the cores
+    excess = cpu_overhead_factor(compile_model(replace(model, cpu_overhead_per_instance=1.0)), P) - 1.0
+    cost_ms = float(next(iter(sources.values())).value)  # one cost for every source
+    measured = cpu.loc[windows].to_numpy(float)
+    ok = np.isfinite(measured) & np.isfinite(rate) & (rate > 0)
+    if ok.sum() < cfg.min_windows:
+        return None
+    configs, group = np.unique(P[ok], axis=0, return_inverse=True)
+    group = np.asarray(group).ravel()
+    operators_cpu = measured[ok] - cost_ms / 1000.0 * rate[ok]  # cores
+    tuples = np.bincount(group, weights=rate[ok])
+    y = np.bincount(group, weights=operators_cpu) / tuples  # core-seconds per input tuple
+    x = np.array([excess[ok][group == g][0] for g in range(len(configs))])
+    if len(np.unique(np.round(x, 9))) < 2:
+        return None
+
+    def line(xs, ys, ws):
+        """(intercept, h) of the weighted line ys = a (1 + h xs); h = 0 unless a > 0 and slope > 0."""
+        if np.ptp(xs) == 0:
+            return float(np.average(ys, weights=ws)), 0.0
+        slope, a = np.polyfit(xs, ys, 1, w=np.sqrt(ws))
+        if not (a > 0 and slope > 0):
+            return float(np.average(ys, weights=ws)), 0.0
+        return float(a), float(min(slope / a, MAX_CPU_OVERHEAD_PER_INSTANCE))
+
+    if len(x) < 3:
+        # a line through two configurations always "fits": nothing tells a growth from noise
+        # (flink-sql 5b807113: q1's Calc = 2 and 4 read 0.94 and 1.04 us, h = 0.08 from them,
+        # and the test configurations' CPU per tuple did not grow)
+        return None
+    a, h = line(x, y, tuples)
+    errors, flat_errors = [], []
+    for g in range(len(x)):  # leave one configuration out
+        train = np.arange(len(x)) != g
+        a_g, h_g = line(x[train], y[train], tuples[train])
+        errors.append(abs(a_g * (1 + h_g * x[g]) - y[g]) / max(abs(y[g]), 1e-15))
+        flat_errors.append(abs(np.average(y[train], weights=tuples[train]) - y[g]) / max(abs(y[g]), 1e-15))
+    if h > 0 and np.median(errors) >= np.median(flat_errors):
+        # the growth does not predict a left-out configuration better than no growth: noise
+        h = 0.0
+    beyond = x > 0  # per configuration, the overhead that alone would give its CPU per tuple
+    own = (y[beyond] / a - 1.0) / x[beyond] if a > 0 else np.zeros(0)
+    return ParameterFit(value=h, samples=int(ok.sum()), spread=_spread(own) if own.size else 0.0,
+                        holdout_error=float(np.median(errors)) if errors else float("nan"), source="measured")
 
 
 def _fit_measured_source_cpu(model: JobModel, ops: pd.DataFrame, source_cpu: pd.DataFrame,
@@ -684,7 +798,9 @@ def _fit_source_cpu(model: JobModel, ops: pd.DataFrame, engine_cpu: pd.DataFrame
     # The operators' CPU work per window: what they processed x base service at the window's
     # parallelism x CPU share (core-seconds per second). The stretch is wall time waiting for a
     # core, not CPU, so it is not in it.
-    work = compiled.service_at(P) * np.asarray(compiled.cpu_share)[None, :]
+    from modeler.queueing import cpu_overhead_factor
+
+    work = compiled.service_at(P) * np.asarray(compiled.cpu_share)[None, :] * cpu_overhead_factor(compiled, P)[:, None]
     processed = ops.pivot_table(index="window_start", columns="operator", values="processed_rate", aggfunc="sum")
     operators_cpu = np.zeros(len(windows))
     for j, name in enumerate(compiled.names):

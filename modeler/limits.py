@@ -24,6 +24,10 @@ MAX_KEYS = 10_000_000
 """Key count of a key distribution (zipf/uniform ``count``, ``weights`` entries)."""
 MAX_BUFFER_TUPLES = 1_000_000_000
 """Input buffer of one operator instance, tuples (``buffer_tuples``)."""
+MAX_CPU_OVERHEAD_PER_INSTANCE = 1.0
+"""A model file's ``resources.cpu_overhead_per_instance`` (fraction of CPU work per instance beyond
+the cores): each such instance doubling every operator's CPU work is far beyond anything measured
+(flink-sql's q8: a few per cent)."""
 MAX_MODEL_NUMBER = 1e12
 """Any other number in a model file (times in ms, selectivities, scvs, rate shares, exponents)."""
 MAX_RATES = 1_000_000

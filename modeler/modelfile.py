@@ -9,7 +9,8 @@ YAML or JSON, same content::
     restart_base_s: 10               # optional restart model (modeler.restart)
     restore_mb_per_s: 50             # needed when an operator has state_mb > 0
     resources: {cores: 2}            # optional: the cores every instance shares (or
-                                     # {taskmanagers: 1, cores_per_taskmanager: 2})
+                                     # {taskmanagers: 1, cores_per_taskmanager: 2}; optional
+                                     # cpu_overhead_per_instance: 0.03)
     operators:
       - {name: source, role: source, parallelism: 1, cpu_ms_per_tuple: 0.002}
       - {name: split, parallelism: 2, service_time_ms: 0.5, service_scv: 1.0,
@@ -45,7 +46,12 @@ report as no busy time (Flink's ``datagen``): with resources it competes for the
 operators' CPU work, and each source instance (one thread) generates at most 1 / (its stretched
 cost) tuples/s; without resources it is ignored (unlimited cores, the model as before). A source
 gives either ``cpu_ms_per_tuple`` or a ``service_time_ms`` (whose ``cpu_share`` part is its CPU
-work), not both.
+work), not both. ``resources.cpu_overhead_per_instance`` (optional, >= 0, default 0: the model
+as before) is the CPU work per tuple that every instance computing beyond the cores adds, as a
+fraction of each operator's CPU work: with N computing instances on K cores every operator's
+CPU work per tuple is ``cpu_share x service_time_ms x (1 + cpu_overhead_per_instance x
+max(0, N - K))`` (``modeler.queueing``, "Shared cores"; more threads than cores cost switches,
+cache misses, more channels and timers, and the engine measured it: flink-sql's q8).
 
 ``require_profiles=False`` accepts a *topology file*: the same format without service times,
 which calibration fills in.
@@ -63,7 +69,8 @@ import networkx as nx
 import yaml
 
 from modeler.errors import ConfigError, ModelError
-from modeler.limits import MAX_BUFFER_TUPLES, MAX_KEYS, MAX_MODEL_NUMBER, MAX_OPERATORS, MAX_PARALLELISM
+from modeler.limits import (MAX_BUFFER_TUPLES, MAX_CPU_OVERHEAD_PER_INSTANCE, MAX_KEYS, MAX_MODEL_NUMBER,
+                            MAX_OPERATORS, MAX_PARALLELISM)
 
 MODEL_VERSION = 1
 GROUPINGS = ("shuffle", "key", "broadcast", "forward")
@@ -80,7 +87,7 @@ _OPERATOR_KEYS = {
     "max_parallelism", "rate_share", "arrival_scv", "scaling", "state_mb", "cpu_share",
     "cpu_ms_per_tuple",
 }
-_RESOURCES_KEYS = {"cores", "taskmanagers", "cores_per_taskmanager"}
+_RESOURCES_KEYS = {"cores", "taskmanagers", "cores_per_taskmanager", "cpu_overhead_per_instance"}
 _EDGE_KEYS = {"from", "to", "grouping", "selectivity", "keys", "buffer_tuples"}
 _KEYS_KEYS = {"distribution", "exponent", "count", "weights"}
 _SCALING_KEYS = {"form", "overhead", "parallelism", "factor"}
@@ -216,6 +223,10 @@ class JobModel:
     cores: float | None = None
     """Cores the job's instances share in total (``resources``); None = as many as there are
     instances (no instance ever waits for a core: the model before shared cores)."""
+    cpu_overhead_per_instance: float = 0.0
+    """Fraction of its CPU work per tuple that every operator adds per computing instance beyond
+    ``cores`` (``resources.cpu_overhead_per_instance``, >= 0); 0 = none (the model before it).
+    Only matters when ``cores`` is given."""
 
     @property
     def state_mb(self) -> float:
@@ -485,12 +496,19 @@ def _parse_operator(ctx: _Ctx, raw: Any, i: int, require_profiles: bool) -> Oper
     )
 
 
-def _parse_resources(ctx: _Ctx, raw: Any) -> float:
-    """``resources`` -> total cores (``cores``, or ``taskmanagers`` x ``cores_per_taskmanager``)."""
+def _parse_resources(ctx: _Ctx, raw: Any) -> tuple[float, float]:
+    """``resources`` -> (total cores: ``cores``, or ``taskmanagers`` x ``cores_per_taskmanager``;
+    ``cpu_overhead_per_instance``, default 0)."""
     if not isinstance(raw, Mapping):
         raise ctx.fail("must be a mapping like {cores: 2} or {taskmanagers: 1, cores_per_taskmanager: 2}",
                        "resources", raw)
     ctx.unknown_keys(raw, _RESOURCES_KEYS, "resources")
+    overhead = ctx.number(raw, "cpu_overhead_per_instance", "resources", 0.0, non_negative=True,
+                          maximum=MAX_CPU_OVERHEAD_PER_INSTANCE)
+    return _parse_cores(ctx, raw), overhead
+
+
+def _parse_cores(ctx: _Ctx, raw: Mapping[str, Any]) -> float:
     per_tm = {"taskmanagers", "cores_per_taskmanager"} & set(raw)
     if "cores" in raw:
         if per_tm:
@@ -558,7 +576,7 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
                                maximum=MAX_BUFFER_TUPLES)
     restart_base = ctx.number(data, "restart_base_s", "", None, non_negative=True, allow_none=True)
     restore_rate = ctx.number(data, "restore_mb_per_s", "", None, positive=True, allow_none=True)
-    cores = _parse_resources(ctx, data["resources"]) if "resources" in data else None
+    cores, cpu_overhead = _parse_resources(ctx, data["resources"]) if "resources" in data else (None, 0.0)
 
     raw_ops = data.get("operators")
     if not isinstance(raw_ops, list) or not raw_ops:
@@ -612,6 +630,7 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
         buffer_timeout_ms=buffer_timeout, buffer_records=buffer_records, buffer_tuples=buffer_tuples,
         calibration=data.get("calibration"), source_file=source,
         restart_base_s=restart_base, restore_mb_per_s=restore_rate, cores=cores,
+        cpu_overhead_per_instance=cpu_overhead,
     )
     graph = to_graph(model)
     if not nx.is_directed_acyclic_graph(graph):
@@ -715,6 +734,8 @@ def model_to_dict(model: JobModel) -> dict[str, Any]:
         out["restore_mb_per_s"] = model.restore_mb_per_s
     if model.cores is not None:
         out["resources"] = {"cores": model.cores}
+        if model.cpu_overhead_per_instance:
+            out["resources"]["cpu_overhead_per_instance"] = model.cpu_overhead_per_instance
     out["operators"] = ops
     out["edges"] = edges
     if model.calibration is not None:

@@ -113,6 +113,22 @@ What is modelled (``docs/design.md`` section 2), and the assumptions:
    stretched like the rest and stretching the rest, its hottest instance (one thread) at
    utilization 1 bounding ``max_rate`` (it may be the bottleneck); it adds no service, wait or
    utilization of its own (a generator is no queue). Without it nothing here changes.
+   **Per-instance CPU overhead** (``cpu_overhead_per_instance`` = h, optional, default 0): with N
+   instances computing (operators with a service time and a CPU share, and sources with
+   ``cpu_ms_per_tuple``) on K cores, every operator's CPU work per tuple is multiplied by
+   m = 1 + h max(0, N - K) (``cpu_overhead_factor``), the rest of its service unchanged: its
+   service becomes E[S](1 + cpu_share (m - 1)) before any stretch, and m x cpu_share x E[S] of it
+   is CPU work that the stretch then lengthens. Why: on the live Flink cluster (flink-sql's q8,
+   every core busy at its max rate) the TaskManager's CPU per tuple beyond the datagen's thread
+   rose with the job's instance count (3.5-4.3 us at 7 instances, 4.0-5.8 us at 9-22, runs
+   ba5c92eb and 3a0721e0) while the datagen thread's stayed ~1.0-1.2 us: more threads than cores
+   cost the engine switches, cache misses, channels and timers, which processor sharing alone
+   (a wait, not more work) does not express. Over both runs' 16 q8 configurations a line in
+   N - K leaves 0.45 us rms (4.04 us x (1 + 0.018 (N - 2))), a constant 0.57; a growth with each
+   operator's own instance count fits no better (0.454), a saturating one in 1/N hardly (0.42):
+   the data are too noisy to prefer either over the simplest form, one job-wide parameter.
+   Sources' own CPU (``cpu_ms_per_tuple``) is not multiplied (the datagen's thread, measured per
+   configuration, stayed flat). With h = 0, or N <= K, nothing changes.
    Closed forms it meets: one operator with cpu_share 1 saturates at K / E[S] once its
    instances outnumber the cores; instances that do not outnumber the cores are never stretched
    (the model without ``resources``, bit for bit); ``cpu_share`` 0 makes the cores irrelevant.
@@ -525,6 +541,9 @@ class CompiledModel:
     """Per operator, a source's CPU work per tuple one instance generates, seconds
     (``cpu_ms_per_tuple``; 0 for the others). None when no source has one or the cores are
     unlimited (then the model is the one before source CPU, bit for bit)."""
+    cpu_overhead_per_instance: float = 0.0
+    """Fraction of its CPU work per tuple every operator adds per computing instance beyond the
+    cores (``JobModel.cpu_overhead_per_instance``; "Shared cores"); 0 without cores."""
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -662,6 +681,7 @@ def compile_model(model: JobModel, *, copies_correlated: bool = True) -> Compile
         cores=model.cores,
         cpu_share=np.array([op.cpu_share for op in specs]),
         source_cpu_s=source_cpu if model.cores is not None and source_cpu.any() else None,
+        cpu_overhead_per_instance=float(model.cpu_overhead_per_instance) if model.cores is not None else 0.0,
     )
 
 
@@ -995,14 +1015,32 @@ def cpu_stretch(cpu_busy: np.ndarray, own: np.ndarray, instances: np.ndarray, co
     return np.where((instances <= cores)[:, None], 1.0, stretch)
 
 
+def cpu_overhead_factor(compiled: CompiledModel, parallelism: np.ndarray) -> np.ndarray:
+    """The factor m = 1 + h max(0, N - cores) on every operator's CPU work per tuple [n], at
+    the given parallelism [n, V] ("Shared cores", per-instance CPU overhead): N the instances
+    that compute (operators with a service time and a CPU share > 0, sources with their own CPU
+    work), h ``cpu_overhead_per_instance``. All ones without cores or without the overhead."""
+    P = np.atleast_2d(np.asarray(parallelism, dtype=float))
+    h = compiled.cpu_overhead_per_instance
+    if compiled.cores is None or not h:
+        return np.ones(P.shape[0])
+    cpu = compiled.cpu_share if compiled.cpu_share is not None else np.ones(P.shape[1])
+    computing = (compiled.service_s > 0) & (cpu > 0)
+    if compiled.source_cpu_s is not None:
+        computing = computing | (compiled.source_cpu_s > 0)
+    instances = (P * computing).sum(axis=1)
+    return 1.0 + h * np.maximum(instances - float(compiled.cores), 0.0)
+
+
 def cpu_work_per_tuple(compiled: CompiledModel, parallelism: np.ndarray) -> np.ndarray:
     """Core-seconds of CPU work one input tuple causes in the whole job [n], at the given
-    parallelism [n, V] (service times at that parallelism, broadcast copies counted; no stretch).
-    The job cannot sustain a rate at which this times the rate reaches its cores."""
+    parallelism [n, V] (service times at that parallelism, broadcast copies counted, the
+    per-instance CPU overhead included; no stretch). The job cannot sustain a rate at which
+    this times the rate reaches its cores."""
     P = np.atleast_2d(np.asarray(parallelism, dtype=np.int64))
     visit = _traffic(compiled, P)[0]
     cpu = compiled.cpu_share if compiled.cpu_share is not None else np.ones(P.shape[1])
-    work = visit * compiled.service_at(P) * cpu
+    work = visit * compiled.service_at(P) * cpu * cpu_overhead_factor(compiled, P)[:, None]
     if compiled.source_cpu_s is not None:  # the sources' own CPU work per tuple they generate
         work = work + visit * compiled.source_cpu_s
     return work.sum(axis=1)
@@ -1040,6 +1078,18 @@ class _SharedCores:
             self.ES = np.where(gen, c.source_cpu_s, self.ES)
             self.cap = self.cap | gen
             self.cpu = np.where(gen, 1.0, self.cpu)
+        self.cpu_any = self.cpu > 0  # [V]: operators with CPU work at all
+        overhead = cpu_overhead_factor(c, self.Pf)
+        if (overhead != 1.0).any():
+            # Per-instance CPU overhead: the operators' CPU work per tuple grows by the factor
+            # (the rest of the service not), so per row the base service and its CPU part change:
+            # E[S] -> E[S](1 + c(m - 1)), c -> c m / (1 + c(m - 1)). Sources' own CPU is not grown.
+            m = overhead[:, None]
+            grows = c.service_s > 0
+            grown = np.where(grows, self.ES * (1.0 + self.cpu * (m - 1.0)), self.ES)
+            self.cpu = np.where(grows & (grown > 0), self.cpu * m * self.ES / np.where(grown > 0, grown, 1.0),
+                                self.cpu * np.ones_like(self.ES))
+            self.ES = grown
         # Instances that compute: every instance of an operator with a service time (and of a
         # source with CPU work).
         self.instances = (self.Pf * self.cap).sum(axis=1)
@@ -1103,7 +1153,7 @@ class _SharedCores:
         busy_sum = np.zeros(n)
         own = np.zeros((n, V))
         for v in range(V):
-            if not self.cap[v] or self.cpu[v] == 0:
+            if not self.cap[v] or not self.cpu_any[v]:
                 continue
             cls = self.classes[v]
             lam = (rate * self.visit[:, v])[:, None] * cls.share  # tuples/s per instance
@@ -1694,8 +1744,9 @@ def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> Bat
         # with the rate (see "Shared cores" in the module docstring). Service time as engines
         # measure it (busy time) includes the stretch, so it is the service from here on.
         cores = _SharedCores(compiled, classes, visit, ES, Pf)
-        if compiled.source_cpu_s is not None:
-            # A source's generation can bound the rate (one thread per instance, stretched).
+        if compiled.source_cpu_s is not None or compiled.cpu_overhead_per_instance:
+            # A source's generation can bound the rate (one thread per instance, stretched), and
+            # the per-instance CPU overhead lengthens the base service: the bound from there.
             max_rate = cores.plain_max_rate(hot_share)
         max_rate = cores.max_rate(max_rate, hot_share)
         # The bottleneck may be a source that cannot generate faster on the shared cores.

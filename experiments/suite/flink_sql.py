@@ -58,6 +58,16 @@ one TaskManager, 8 slots, on this machine's cores) and, per query (``experiments
 Rates in tuples/s (rows/s), times in ms (windows and rescales in s). A live cluster is not
 deterministic: the seed changes nothing; other load on the 2 cores (the JobManager, the
 TaskManager's own threads, the datagen source, this Python process) shows up in the numbers.
+**Per-instance CPU overhead** (2026-12-06): calibration fits ``cpu_overhead_per_instance`` (every
+operator's CPU work per tuple grows by that fraction per computing instance beyond the cores;
+``modeler.queueing``, "Shared cores") from the TaskManager's CPU per tuple at the calibration
+configurations' different instance counts; logged per query in the ``fits`` table and as the
+metric ``<query>.cpu_overhead_per_instance``. **Calibration windows as tables**: every window the
+calibration read (``calibration_windows``: the operator frame; ``calibration_edge_windows``;
+``calibration_cpu``: the TaskManager's and the source threads' CPU per window) and each query's
+topology (``topologies``, JSON) are logged, so a later model change can be refitted offline from a
+run (``refit_from_tables``).
+
 Known limits: the TaskManager's CPU beyond the operators' is all charged to the sources (network
 threads, garbage collection and timers that grow with the tuples included; the idle part is the
 line's intercept, reported, not modelled); several datagen tables (q8) get one cost per tuple.
@@ -68,6 +78,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, replace
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -347,8 +358,16 @@ def _to(job: _Job, config: dict[str, int]) -> float:
     return restart
 
 
+def calibration_config():
+    """The run's ``CalibrationConfig``: every window counts for the service time (a window
+    operator such as q8's WindowJoin is busy only when its windows fire)."""
+    from modeler.calibrate import CalibrationConfig
+
+    return CalibrationConfig(min_busy_fraction=0.0)
+
+
 def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dict:
-    from modeler.calibrate import CalibrationConfig, Calibrator
+    from modeler.calibrate import Calibrator
     from modeler.modelfile import parse_model
     from modeler.queueing import predict
     from scheduler.observe import history_frames
@@ -403,7 +422,7 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
                      + ", ".join(f"{k}={v:.2f}" for k, v in m["busy"].items() if np.isfinite(v)))
     topology = dict(topology, resources={"cores": cores})
     ops, edges = history_frames(calib_windows)
-    fitted = Calibrator(CalibrationConfig(min_busy_fraction=0.0)).fit(
+    fitted = Calibrator(calibration_config()).fit(
         ops, edges, topology=parse_model(topology, require_profiles=False), engine_cpu=pd.DataFrame(engine_cpu),
         source_cpu=pd.DataFrame(source_cpu))
     model = fitted.model_
@@ -414,10 +433,14 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
             for op, f in fitted.operators_.items()}
     fits.update({src: {"service_ms": float("nan"), "cpu_share": float("nan"), "cpu_share_source": "",
                        "cpu_ms_per_tuple": float(f.value)} for src, f in fitted.sources_.items()})
+    overhead = float(model.cpu_overhead_per_instance)
     ctx.progress(f"{q} calibrated: " + ", ".join(
         f"{k}: {v['cpu_ms_per_tuple'] * 1000:.2f} us CPU per tuple" if np.isfinite(v["cpu_ms_per_tuple"])
         else f"{k}: {v['service_ms']:.4f} ms, c={v['cpu_share']:.2f}" for k, v in fits.items())
-        + (f", TaskManager idle {fitted.engine_idle_cores_:.3f} cores" if fitted.engine_idle_cores_ is not None else ""))
+        + (f", TaskManager idle {fitted.engine_idle_cores_:.3f} cores" if fitted.engine_idle_cores_ is not None else "")
+        + f", CPU overhead per instance beyond the cores {overhead:.4f}"
+        + (f" (fitted, holdout {fitted.cpu_overhead_.holdout_error:.1%})" if fitted.cpu_overhead_ is not None
+           else " (not fitted)"))
     true_rates = pooled_true_rates(ds2_rows)
     inputs = {}
     for r in ds2_rows:
@@ -492,7 +515,7 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
                  f"{step['before']['rate']:.0f}/s, after {step['after']['rate']:.0f}/s, back pressure "
                  f"{step['after']['bp_mean']:.3f}")
     return {"rows": rows, "calib_rows": calib_rows, "fits": fits, "true_rates": true_rates, "visits": visits,
-            "step": step, "rescales": rescales, "topology": topology,
+            "step": step, "rescales": rescales, "topology": topology, "cpu_overhead_per_instance": overhead,
             "calibration_data": {"ops": ops, "edges": edges, "engine_cpu": pd.DataFrame(engine_cpu),
                                  "source_cpu": pd.DataFrame(source_cpu)}}
 
@@ -517,7 +540,8 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
                           "cpu_share": round(f["cpu_share"], 3), "cpu_share_source": f["cpu_share_source"],
                           "cpu_ms_per_tuple": round(f.get("cpu_ms_per_tuple", float("nan")), 6),
                           "ds2_true_rate_per_instance": round(qo["true_rates"].get(op, float("nan")), 1),
-                          "visit_ratio": round(qo["visits"].get(op, float("nan")), 5)}
+                          "visit_ratio": round(qo["visits"].get(op, float("nan")), 5),
+                          "cpu_overhead_per_instance": round(qo.get("cpu_overhead_per_instance", 0.0), 5)}
                          for q, qo in out["queries"].items() for op, f in qo["fits"].items()])
     steps, summary_rows, metrics = [], [], {}
     for q, qo in out["queries"].items():
@@ -552,6 +576,7 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         metrics[f"{q}.share_within_15pct"] = row["within_15pct_all"]
         metrics[f"{q}.ds2_abs_error_median"] = row["ds2_median_abs_error_all"]
         metrics[f"{q}.one_step_success"] = float(ok)
+        metrics[f"{q}.cpu_overhead_per_instance"] = float(qo.get("cpu_overhead_per_instance", 0.0))
     by_query = pd.DataFrame(summary_rows)
     one = pd.DataFrame(steps)
     e_all, e_above = error_summary(table["max_rate_error"]), error_summary(table[table["above_cores"]]["max_rate_error"])
@@ -593,5 +618,61 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         + ("".join(f" {q} FAILED ({e})." for q, e in out.get("failed", {}).items())))
     return ExperimentResult(params=params, metrics=metrics,
                             tables={"configurations": table, "by_query": by_query, "one_step": one,
-                                    "calibration": calib, "fits": fits},
+                                    "calibration": calib, "fits": fits, **calibration_tables(out)},
                             summary=summary)
+
+
+def calibration_tables(out: dict) -> dict[str, pd.DataFrame]:
+    """Every calibration window the queries read, as tables (a ``query`` column first): the
+    operator frame (``calibration_windows``), the edge frame (``calibration_edge_windows``), the
+    TaskManager's and the source threads' CPU per window (``calibration_cpu``), and each query's
+    topology as model-file JSON (``topologies``). Empty when no query kept its data."""
+    import json
+
+    ops, edges, cpu, tops = [], [], [], []
+    for q, qo in out["queries"].items():
+        data = qo.get("calibration_data")
+        if not data:
+            continue
+        ops.append(data["ops"].assign(query=q))
+        edges.append(data["edges"].assign(query=q))
+        both = data["engine_cpu"].rename(columns={"cpu_cores": "taskmanager_cpu_cores"}).merge(
+            data["source_cpu"].rename(columns={"cpu_cores": "source_threads_cpu_cores"}), on="window_start", how="outer")
+        cpu.append(both.assign(query=q))
+        tops.append({"query": q, "topology_json": json.dumps(qo.get("topology") or {}, sort_keys=True)})
+    if not ops:
+        return {}
+
+    def first(frames):
+        f = pd.concat(frames, ignore_index=True)
+        return f[["query"] + [c for c in f.columns if c != "query"]]
+
+    return {"calibration_windows": first(ops), "calibration_edge_windows": first(edges),
+            "calibration_cpu": first(cpu), "topologies": pd.DataFrame(tops)}
+
+
+def refit_from_tables(tables: Mapping[str, pd.DataFrame], query: str, config=None):
+    """A query's calibration refitted offline from a run's ``calibration_tables`` (as logged: the
+    CSVs read back), with ``config`` (``CalibrationConfig``; the run's when None). Returns the
+    fitted ``Calibrator``; the same call as the run's, so a model change can be judged on
+    recorded windows without the cluster."""
+    import json
+
+    from modeler.calibrate import Calibrator
+    from modeler.modelfile import parse_model
+
+    def of(name):
+        f = tables[name]
+        f = f[f["query"] == query].drop(columns="query")
+        if "window_start" in f.columns:
+            f = f.assign(window_start=pd.to_datetime(f["window_start"], utc=True))
+        return f
+
+    top = tables["topologies"]
+    topology = json.loads(top[top["query"] == query]["topology_json"].iloc[0])
+    cpu = of("calibration_cpu")
+    return Calibrator(config or calibration_config()).fit(
+        of("calibration_windows"), of("calibration_edge_windows"), topology=parse_model(topology, require_profiles=False),
+        engine_cpu=cpu[["window_start", "taskmanager_cpu_cores"]].rename(columns={"taskmanager_cpu_cores": "cpu_cores"}),
+        source_cpu=cpu[["window_start", "source_threads_cpu_cores"]].rename(
+            columns={"source_threads_cpu_cores": "cpu_cores"}))

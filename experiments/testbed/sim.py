@@ -17,7 +17,12 @@ phase of ``cpu_share`` x S core-ms, shared egalitarian by all instances then in 
 ``cpu_share`` > 0) the kernel takes its unshared path: results are identical to the testbed
 without cores. ``busy_ms`` stays wall time from service start to completion. At a rebuild
 (rescale, restart) the carried instances keep their remaining CPU work (``_cpu_left``); a
-restarted instance's tuple is replayed, so it leaves the CPU phase.
+restarted instance's tuple is replayed, so it leaves the CPU phase. With the model's
+``cpu_overhead_per_instance`` h (the model's per-instance CPU overhead) and n instances computing
+on fewer cores, every operator's CPU phase is m = 1 + h (n - cores) times its ``cpu_share`` x S
+and the wait phase stays (1 - ``cpu_share``) x S: per configuration, its mean service becomes
+S (1 + c (m - 1)) and its CPU part c m / (1 + c (m - 1)) (``_with_cpu_overhead``); a
+generating source's CPU work is not grown, as in the model.
 
 Hosts (issue 26): with ``TestbedConfig.hosts`` every instance has a host (``State.inst_host``;
 the rule: ``experiments.testbed.hosts``), and the host faults act through the kernel's
@@ -170,6 +175,7 @@ class Testbed:
             self._svc_mean.append(mean)
         # CPU part of each operator's service: a generating source's is all CPU.
         self._cpu_share = [1.0 if v in generating else op.cpu_share for v, op in enumerate(self._ops)]
+        self._generating = frozenset(generating)
         for v, op in enumerate(self._ops):  # fail early on impossible distributions
             _unit_service(self._g_misc, self._svc_family[v], self._svc_scv[v], 1,
                           self.cfg.bimodal_slow_fraction, f"operators.{op.name}.service_distribution")
@@ -1057,6 +1063,7 @@ class Testbed:
         events = []  # (time, kind, instance)
         svc_ms = np.array([self._svc_ms(v, new_p[v]) for v in range(nops)])
         cores = self._cores_of(svc_ms, new_p)
+        svc_ms, op_cpu = self._with_cpu_overhead(svc_ms, new_p, cores)
         cpu_left = self._cpu_left(old, now, cores > 0) if old is not None else None
         in_cpu = []  # (remaining CPU work in core-ms, new instance) carried into the CPU phase
 
@@ -1232,7 +1239,7 @@ class Testbed:
         st = K.State(
             inst_op=inst_op, inst_local=inst_local, op_first=op_first, op_par=p, op_maxp=self._maxp,
             op_is_source=self._is_source, op_is_sink=self._is_sink, op_svc_ms=svc_ms,
-            op_cpu=np.array(self._cpu_share, dtype=float),
+            op_cpu=op_cpu,
             op_out_ptr=out_ptr, op_out_edge=np.array([e for o in self._out for e in o] or [0], dtype=np.int64),
             e_dst=e_dst if len(e_dst) else np.zeros(1, dtype=np.int64),
             e_kind=kind if len(kind) else np.zeros(1, dtype=np.int64),
@@ -1304,6 +1311,23 @@ class Testbed:
             return 0.0
         computing = sum(int(p[v]) for v in range(len(self._ops)) if svc_ms[v] > 0 and self._cpu_share[v] > 0)
         return float(cores) if cores < computing else 0.0
+
+    def _with_cpu_overhead(self, svc_ms: np.ndarray, p: Sequence[int], cores: float
+                           ) -> tuple[np.ndarray, np.ndarray]:
+        """(mean service per operator, CPU part per operator) at parallelism ``p`` with the model's
+        per-instance CPU overhead: the operators' CPU work grows by m = 1 + h (n - cores) when the
+        n instances computing outnumber the cores (``cores`` > 0, as ``_cores_of``), the wait
+        part not; a generating source's is its own CPU, not grown. Unchanged without it."""
+        share = np.array(self._cpu_share, dtype=float)
+        h = float(self.model.cpu_overhead_per_instance)
+        if cores <= 0 or h == 0.0:
+            return svc_ms, share
+        computing = sum(int(p[v]) for v in range(len(self._ops)) if svc_ms[v] > 0 and self._cpu_share[v] > 0)
+        m = 1.0 + h * max(computing - cores, 0.0)
+        grows = np.array([v not in self._generating and svc_ms[v] > 0 for v in range(len(self._ops))])
+        grown = np.where(grows, svc_ms * (1.0 + share * (m - 1.0)), svc_ms)
+        cpu = np.where(grows, share * m * svc_ms / np.where(grown > 0, grown, 1.0), share)
+        return grown, cpu
 
     def _cpu_left(self, old, now: float, sharing: bool) -> np.ndarray:
         """Per instance of the old arrays: CPU work (core-ms) its service still needs at ``now``,

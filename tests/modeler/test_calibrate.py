@@ -732,3 +732,113 @@ def test_shares_the_fit_cannot_tell_apart_take_one_common_share_on_recorded_q8_w
     assert 0.2 < min(shares.values()) and max(shares.values()) < 0.95, shares
     assert all(f.cpu_share.source == "measured" for f in fitted.operators_.values())
     assert fitted.sources_["person"].value == pytest.approx(1.14e-3, rel=0.02)  # held as measured
+
+
+_OVERHEAD_TRUTH = {"augury": 1, "job": "j", "resources": {"cores": 2, "cpu_overhead_per_instance": 0.08},
+                   "operators": [{"name": "src", "role": "source", "cpu_ms_per_tuple": 0.2},
+                                 {"name": "a", "service_time_ms": 1.0, "cpu_share": 0.6, "max_parallelism": 8}],
+                   "edges": [{"from": "src", "to": "a"}]}
+"""A generating source (0.2 ms of CPU per tuple) feeding ``a`` (1 ms, CPU share 0.6) on 2 cores,
+every operator's CPU work 8 % more per computing instance beyond the cores."""
+
+
+def _testbed_history(truth, configs, loads, seconds=40.0):
+    """Testbed windows (the ground truth: processor sharing, CPU phases grown by the overhead) of
+    ``truth`` at each configuration and fraction of its predicted max rate, and per window the
+    engine's CPU and the source thread's: the testbed reports no CPU, so they are what its CPU
+    phases cost on average (processed x CPU share x E[S] x the overhead factor, the source's
+    rate x its cost)."""
+    from dataclasses import replace as _replace
+
+    from experiments.testbed.config import TestbedConfig
+    from experiments.testbed.sim import Testbed
+    from modeler.queueing import compile_model, cpu_overhead_factor
+    from scheduler.observe import history_frames, job_windows
+
+    ops, edges, engine, threads = [], [], [], []
+    for i, config in enumerate(configs):
+        for j, load in enumerate(loads):
+            model = _replace(truth, operators=tuple(_replace(op, parallelism=config.get(op.name, op.parallelism))
+                                                    for op in truth.operators))
+            rate = load * predict(model, None, 1.0).max_rate
+            start = (T0 + pd.Timedelta(hours=len(loads) * i + j)).isoformat()
+            bed = Testbed(model, rate, TestbedConfig(seed=10 * i + j, window_s=5.0, start_time=start))
+            bed.advance(seconds)
+            o, e = history_frames(job_windows(bed.read(), sources=["src"])[1:])  # the first: warm-up
+            compiled = compile_model(model)
+            m = float(cpu_overhead_factor(compiled, compiled.config_array([{}]))[0])
+            for ts, w in o.groupby("window_start"):
+                by = w.set_index("operator")
+                src_cores = by.loc["src", "processed_rate"] * truth.operator("src").cpu_ms_per_tuple / 1000.0
+                op = truth.operator("a")
+                work = by.loc["a", "processed_rate"] * op.service_time_ms / 1000.0 * op.cpu_share * m
+                engine.append({"window_start": ts, "cpu_cores": src_cores + work})
+                threads.append({"window_start": ts, "cpu_cores": src_cores})
+            ops.append(o)
+            edges.append(e)
+    return pd.concat(ops), pd.concat(edges), pd.DataFrame(engine), pd.DataFrame(threads)
+
+
+def _testbed_max_rate(model, config, seconds=30.0):
+    from dataclasses import replace as _replace
+
+    from experiments.testbed.config import TestbedConfig
+    from experiments.testbed.sim import Testbed
+
+    model = _replace(model, operators=tuple(_replace(op, parallelism=config.get(op.name, op.parallelism))
+                                            for op in model.operators))
+    bed = Testbed(model, 1.5 * predict(model, None, 1.0).max_rate, TestbedConfig(seed=99))
+    bed.advance(10)
+    before = bed.operator_stats()["a"]["processed"]
+    bed.advance(seconds)
+    return (bed.operator_stats()["a"]["processed"] - before) / seconds
+
+
+def test_the_per_instance_cpu_overhead_is_recovered_from_testbed_windows_at_different_instance_counts():
+    """Calibration from testbed windows at 3, 5 and 7 computing instances on 2 cores (the
+    source's thread counts) recovers h = 0.08 from the engine's CPU per tuple, and with it the
+    share and the base service; at an unseen 9 instances the model's max rate is the testbed's
+    within 6 % (measured -4.8 %; the true model itself -4.2 %: the shared-core tolerance of
+    test_queueing). Calibrated without the overhead (``fit_cpu_overhead=False``), the same windows
+    give a model that over-predicts there by more than 8 % (measured +11.6 %): its CPU work per
+    tuple stays flat."""
+    truth = parse_model(_OVERHEAD_TRUTH)
+    raw = {**_OVERHEAD_TRUTH, "resources": {"cores": 2}}
+    ops, edges, engine, threads = _testbed_history(truth, [{"a": 2}, {"a": 4}, {"a": 6}], [0.5, 0.8])
+    fitted = Calibrator().fit(ops, edges, topology=_topology_of(raw), source_cpu=threads, engine_cpu=engine)
+    h = fitted.cpu_overhead_
+    assert h is not None and h.source == "measured" and h.value == pytest.approx(0.08, abs=0.01)
+    assert fitted.model_.cpu_overhead_per_instance == h.value
+    assert fitted.calibration_section()["cpu_overhead_per_instance"]["value"] == h.value
+    assert fitted.operators_["a"].cpu_share.value == pytest.approx(0.6, abs=0.1)
+    assert fitted.operators_["a"].service_time_ms.value == pytest.approx(1.0, rel=0.05)
+    measured = _testbed_max_rate(truth, {"a": 8})
+    assert predict(fitted.model_, {"a": 8}, 1.0).max_rate == pytest.approx(measured, rel=0.06)
+    flat = Calibrator(CalibrationConfig(fit_cpu_overhead=False)).fit(
+        ops, edges, topology=_topology_of(raw), source_cpu=threads, engine_cpu=engine)
+    assert flat.cpu_overhead_ is None and flat.model_.cpu_overhead_per_instance == 0.0
+    assert predict(flat.model_, {"a": 8}, 1.0).max_rate > 1.08 * measured
+
+
+def test_no_overhead_is_fitted_where_the_cpu_per_tuple_does_not_grow_or_one_instance_count_is_seen():
+    # the same job without the overhead: h fits 0 (a CPU per tuple that does not grow)
+    raw = {**_OVERHEAD_TRUTH, "resources": {"cores": 2}}
+    truth = parse_model(raw)
+    ops, edges, engine, threads = _testbed_history(truth, [{"a": 2}, {"a": 4}, {"a": 6}], [0.5, 0.8])
+    fitted = Calibrator().fit(ops, edges, topology=_topology_of(raw), source_cpu=threads, engine_cpu=engine)
+    assert fitted.cpu_overhead_.value == pytest.approx(0.0, abs=0.005)
+    # one or two configurations: nothing tells the overhead from noise, the topology's (none) is kept
+    for configs in ([{"a": 4}], [{"a": 2}, {"a": 6}]):
+        ops, edges, engine, threads = _testbed_history(parse_model(_OVERHEAD_TRUTH), configs, [0.5, 0.8])
+        fitted = Calibrator().fit(ops, edges, topology=_topology_of(raw), source_cpu=threads, engine_cpu=engine)
+        assert fitted.cpu_overhead_ is None and fitted.model_.cpu_overhead_per_instance == 0.0, configs
+    # three configurations whose CPU per tuple rises then falls (noise, as q5 of flink-sql 5b807113
+    # read: 1.55, 1.49, 1.65 us): the line predicts a left-out one no better than no growth, h = 0
+    truth = parse_model(_OVERHEAD_TRUTH)
+    ops, edges, engine, threads = _testbed_history(truth, [{"a": 2}, {"a": 4}, {"a": 6}], [0.7])
+    configured = ops[ops["operator"] == "a"].set_index("window_start")["parallelism"]
+    bump = engine["window_start"].map(configured).map({2: 1.0, 4: 0.9, 6: 1.15}).to_numpy()
+    noisy = engine.assign(cpu_cores=threads["cpu_cores"].to_numpy() + (engine["cpu_cores"] - threads["cpu_cores"].to_numpy())
+                          / (1 + 0.08 * engine["window_start"].map(configured).map({2: 1, 4: 3, 6: 5}).to_numpy()) * bump)
+    fitted = Calibrator().fit(ops, edges, topology=_topology_of(raw), source_cpu=threads, engine_cpu=noisy)
+    assert fitted.cpu_overhead_ is not None and fitted.cpu_overhead_.value == 0.0

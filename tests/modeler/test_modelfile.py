@@ -117,6 +117,15 @@ CASES = [
     (("resources",), {"taskmanagers": 1.5, "cores_per_taskmanager": 2}, "resources.taskmanagers", "1.5"),
     (("resources",), {"taskmanagers": 1000, "cores_per_taskmanager": 1000}, "resources.taskmanagers", "1000"),
     (("operators", 1, "cpu_share"), 1.5, "operators[1].cpu_share", "1.5"),
+    # per-instance CPU overhead (modeler.queueing, "Shared cores")
+    (("resources",), {"cores": 2, "cpu_overhead_per_instance": -0.01}, "resources.cpu_overhead_per_instance", "-0.01"),
+    (("resources",), {"cores": 2, "cpu_overhead_per_instance": float("nan")}, "resources.cpu_overhead_per_instance",
+     "nan"),
+    (("resources",), {"cores": 2, "cpu_overhead_per_instance": float("inf")}, "resources.cpu_overhead_per_instance",
+     "inf"),
+    (("resources",), {"cores": 2, "cpu_overhead_per_instance": 1.5}, "resources.cpu_overhead_per_instance", "1.5"),
+    (("resources",), {"cores": 2, "cpu_overhead_per_instance": "3%"}, "resources.cpu_overhead_per_instance", "3%"),
+    (("resources",), {"cpu_overhead_per_instance": 0.03}, "resources", None),
     (("operators", 1, "cpu_share"), -0.1, "operators[1].cpu_share", "-0.1"),
 ]
 
@@ -254,6 +263,24 @@ def test_resources_give_total_cores_default_unlimited_and_round_trip():
     again = parse_model_text(dump_model(model))
     assert again.cores == 3.0 and again.operator("split").cpu_share == 0.25
     assert again.operator("count").cpu_share == 1.0
+
+
+def test_cpu_overhead_per_instance_parses_round_trips_and_defaults_to_zero():
+    plain = parse_model(BASE)
+    assert plain.cpu_overhead_per_instance == 0.0
+    data = copy.deepcopy(BASE)
+    data["resources"] = {"cores": 2}
+    cored = parse_model(data)
+    assert cored.cpu_overhead_per_instance == 0.0
+    assert "cpu_overhead_per_instance" not in dump_model(cored)  # files without it stay as they were
+    data["resources"] = {"cores": 2, "cpu_overhead_per_instance": 0.03}
+    model = parse_model(data)
+    assert model.cpu_overhead_per_instance == 0.03 and model.cores == 2.0
+    for fmt in ("yaml", "json"):
+        again = parse_model_text(dump_model(model, fmt))
+        assert again.cpu_overhead_per_instance == 0.03 and again == model
+    data["resources"] = {"taskmanagers": 1, "cores_per_taskmanager": 2, "cpu_overhead_per_instance": 0}
+    assert parse_model(data).cpu_overhead_per_instance == 0.0
 
 
 def test_source_cpu_cost_parses_round_trips_and_defaults_to_none():

@@ -180,3 +180,36 @@ def test_calibration_configurations_are_never_test_configurations():
     for setup in fs.SETUPS.values():
         assert not set(setup.calibration) & set(setup.tests), setup.query
         assert 1 <= len(setup.calibration) <= 3
+
+
+def test_calibration_windows_are_logged_as_tables_and_refit_offline_as_the_run_did(tmp_path):
+    """The calibration windows of a run (here testbed windows of a job with a per-instance CPU
+    overhead of 0.08) go out as tables; read back from CSV, as mlflow keeps them, they refit to
+    the same model as the fit on the frames themselves."""
+    from modeler.calibrate import Calibrator
+    from modeler.modelfile import parse_model
+    from modeler.queueing import predict
+    from tests.modeler.test_calibrate import _OVERHEAD_TRUTH, _testbed_history
+
+    truth = parse_model(_OVERHEAD_TRUTH)
+    ops, edges, engine, threads = _testbed_history(truth, [{"a": 2}, {"a": 4}, {"a": 6}], [0.7])
+    topology = {**_OVERHEAD_TRUTH, "resources": {"cores": 2}, "operators": [
+        {k: v for k, v in op.items() if k not in ("service_time_ms", "cpu_share", "cpu_ms_per_tuple")}
+        for op in _OVERHEAD_TRUTH["operators"]]}
+    out = {"queries": {"qx": {"topology": topology, "calibration_data": {
+        "ops": ops, "edges": edges, "engine_cpu": engine, "source_cpu": threads}}, "qy": {}}}
+    tables = fs.calibration_tables(out)
+    assert set(tables) == {"calibration_windows", "calibration_edge_windows", "calibration_cpu", "topologies"}
+    assert len(tables["calibration_windows"]) == len(ops) and (tables["calibration_cpu"]["query"] == "qx").all()
+    for name, table in tables.items():
+        table.to_csv(tmp_path / f"{name}.csv", index=False)
+    read = {name: pd.read_csv(tmp_path / f"{name}.csv") for name in tables}
+    refit = fs.refit_from_tables(read, "qx")
+    direct = Calibrator(fs.calibration_config()).fit(ops, edges, topology=parse_model(topology, require_profiles=False),
+                                                     engine_cpu=engine, source_cpu=threads)
+    assert refit.cpu_overhead_.value == pytest.approx(0.08, abs=0.01)
+    assert refit.cpu_overhead_.value == pytest.approx(direct.cpu_overhead_.value, rel=1e-9)
+    for config in ({"a": 3}, {"a": 8}):
+        assert predict(refit.model_, config, 1.0).max_rate == pytest.approx(
+            predict(direct.model_, config, 1.0).max_rate, rel=1e-6)
+    assert fs.calibration_tables({"queries": {"qy": {}}}) == {}

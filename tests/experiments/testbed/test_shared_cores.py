@@ -215,3 +215,51 @@ def test_source_limited_max_rate_matches_the_model(p):
     assert predicted == pytest.approx(carried, rel=0.05)
     # the source is what limits: without its CPU the job would carry far more
     assert predicted < 0.8 * predict(_datagen_like(p, 2, None), None, 1.0).max_rate
+
+
+# ------------------------------------------------------------------ per-instance CPU overhead
+
+
+def _with_overhead(model, h: float):
+    from dataclasses import replace
+
+    return replace(model, cpu_overhead_per_instance=h)
+
+
+@pytest.mark.parametrize("p, cores, h", [(4, 1, 0.1), (8, 2, 0.05)])
+def test_the_per_instance_overhead_grows_the_cpu_work_of_saturated_instances(p, cores, h):
+    # CPU-bound instances that outnumber the cores: each tuple costs m = 1 + h (p - cores) times
+    # its CPU work, so the saturated throughput is cores / (m S) (without it cores / S, above)
+    tb = Testbed(_with_overhead(one_operator(p, cores, 1.0), h), 5000.0, TestbedConfig(seed=1, queue_capacity=100))
+    m = 1.0 + h * (p - cores)
+    assert throughput(tb) == pytest.approx(1000.0 * cores / m, rel=0.03)
+    assert tb.conservation().balanced()
+
+
+def test_the_per_instance_overhead_leaves_the_wait_part_alone():
+    # 4 instances, a fifth of S on one core, h = 0.25: the CPU phase is 0.2 x 1.75 = 0.35 ms, the
+    # wait stays 0.8 ms: the closed cycle of those two (not of 0.35 and 0.65: that would be a
+    # service of 1 ms whose CPU part grew)
+    tb = Testbed(_with_overhead(one_operator(4, 1, 0.2), 0.25), 5000.0, TestbedConfig(seed=1, queue_capacity=100))
+    assert throughput(tb) == pytest.approx(closed_cycle_throughput(4, 1, 0.35, 0.8), rel=0.03)
+
+
+def test_the_per_instance_overhead_changes_nothing_when_instances_do_not_outnumber_the_cores():
+    def run(h):
+        tb = Testbed(_with_overhead(one_operator(2, 2, 0.7), h), 1500.0, TestbedConfig(seed=5, queue_capacity=100),
+                     faults=[Rescale(at_s=10, config={"A": 1})])
+        tb.advance(20)
+        return tb
+
+    assert _frames_equal(run(0.0), run(0.5))
+
+
+def test_the_per_instance_overhead_does_not_grow_a_generating_sources_cpu():
+    # A generating source (cpu_ms_per_tuple 1 ms: at most 1000/s alone) and 3 instances of A on
+    # one core, A all CPU: m = 1 + h (4 - 1). Per tuple the core does 1 ms of the source and m x 0.1 ms
+    # of A; were the source's grown too, that would be m x 1.1 ms
+    h = 0.1
+    model = _with_overhead(one_operator(3, 1, 1.0, svc_ms=0.1, src={"cpu_ms_per_tuple": 1.0}), h)
+    tb = Testbed(model, 5000.0, TestbedConfig(seed=2, queue_capacity=100))
+    m = 1.0 + h * 3
+    assert throughput(tb) == pytest.approx(1000.0 / (1.0 + m * 0.1), rel=0.03)
