@@ -239,7 +239,8 @@ class Plan:
     feasible: bool
     config: Mapping[str, int]
     """Parallelism of every operator. When infeasible: the closest configuration examined
-    (every operator at its least-utilized or lowest-latency value), for inspection."""
+    (every operator at its least-utilized or lowest-latency value; on shared cores the one of
+    those and a greedy ascent that the model predicts to carry most), for inspection."""
     instances: int
     """Instances over the operators whose parallelism may change (the minimized quantity)."""
     total_instances: int
@@ -942,6 +943,39 @@ def _finish(prob: _Problem, values: np.ndarray | None, feasible: bool, reasons: 
                 latency_stat=prob.stat, evaluations=prob.evaluations, variable=variable)
 
 
+def _most_carrying(prob: _Problem, candidates: list[np.ndarray]) -> np.ndarray:
+    """The infeasible plan's configuration on shared cores: of ``candidates`` and a greedy ascent
+    of the predicted max rate from the fewest instances (one operator one step up at a time,
+    while that raises it), the one with the highest predicted max rate. On shared cores more
+    instances can carry *less* (every instance's CPU work grows with
+    ``resources.cpu_overhead_per_instance``, and a source's thread waits longer for a core), so
+    every operator at its own least-utilized parallelism, each judged alone, can be the
+    configuration that carries least; a user (or the one step of ``flink-sql``) applying the
+    infeasible plan's configuration gets the most the model knows how to carry."""
+    def max_rates(rows: list[np.ndarray]) -> np.ndarray:
+        return predict_batch(prob.c, prob.config_matrix(np.array(rows, dtype=np.int64)), 1.0).max_rate
+
+    cur = np.array([g.domain[0] for g in prob.var], dtype=np.int64)
+    best = float(max_rates([cur])[0])
+    while True:
+        ups = []
+        for j, g in enumerate(prob.var):
+            i = int(np.searchsorted(g.domain, cur[j]))
+            if i + 1 < len(g.domain):
+                up = cur.copy()
+                up[j] = g.domain[i + 1]
+                ups.append(up)
+        if not ups:
+            break
+        rates = max_rates(ups)
+        k = int(np.argmax(rates))
+        if not rates[k] > best * (1 + 1e-9):
+            break
+        cur, best = ups[k], float(rates[k])
+    rows = [cur] + [np.asarray(c, dtype=np.int64) for c in candidates]
+    return rows[int(np.argmax(max_rates(rows)))]
+
+
 def _count_cheaper(costs: list[np.ndarray], k: int) -> float:
     """How many configurations have fewer than ``k`` extra instances, ``costs[t]`` the extra
     instances of operator t's allowed values (a counting knapsack; a float: it can be huge)."""
@@ -972,7 +1006,8 @@ def _solve(prob: _Problem) -> Plan:
         if need >= cores:
             return _finish(prob, None, False, [
                 f"the CPU work at {prob.rate:g} tuples/s needs {need:.3g} cores; the job has {cores:g} "
-                "(resources.cores): no parallelism carries it, more cores are needed"], True)
+                "(resources.cores): no parallelism carries it, more cores are needed"], True,
+                _most_carrying(prob, [np.array([g.domain[-1] for g in prob.var], dtype=np.int64)]))
     fm = None
     if not prob.coupled and prob.rate > 0 and _plan_fast.supported(prob.c):
         fm = _plan_fast.FastMean(prob.c, prob.rate)
@@ -997,6 +1032,8 @@ def _solve(prob: _Problem) -> Plan:
     if reasons:
         fallback = np.array([min(c, key=lambda p: (c[p], p)) if c else g.domain[-1]
                              for c, g in zip(prob.util_cache, prob.var)], dtype=np.int64)
+        if prob.shared_cores:
+            fallback = _most_carrying(prob, [fallback])
         return _finish(prob, None, False, reasons, True, fallback)
     assert b is not None
     for j, g in enumerate(prob.var):  # values below b_g never meet the utilization target

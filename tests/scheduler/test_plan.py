@@ -730,6 +730,28 @@ def test_plan_says_when_the_cpu_work_needs_more_cores_than_the_job_has():
     assert "needs 4.8 cores; the job has 4 (resources.cores)" in result.reasons[0]
 
 
+def test_an_infeasible_plan_on_shared_cores_is_the_configuration_that_carries_most():
+    # With a per-instance CPU overhead, more instances on 2 cores carry less: every operator at
+    # its own least-utilized parallelism (8 and 8) is the model's worst configuration, and an
+    # infeasible plan applied as it is (the one step of flink-sql) would carry least.
+    from dataclasses import replace
+    from itertools import product
+
+    model = replace(_cored(2), cpu_overhead_per_instance=0.3)
+    result = plan(model, 1000.0)
+    assert not result.feasible
+    rates = {(a, b): predict(model, {"a": a, "b": b}, 1.0).max_rate for a, b in product(range(1, 9), range(1, 9))}
+    best = max(rates.values())
+    assert result.prediction.max_rate == pytest.approx(best, rel=0.02)
+    assert result.prediction.max_rate > rates[(8, 8)] * 1.5
+    # without shared cores the fallback is as before: each operator at its least-utilized value
+    plain = plan(parse_model({"augury": 1, "job": "t", "operators": [
+        {"name": "src", "role": "source"},
+        {"name": "a", "service_time_ms": 10.0, "max_parallelism": 8}],
+        "edges": [{"from": "src", "to": "a"}]}), 10_000.0)
+    assert not plain.feasible and plain.config["a"] == 8
+
+
 def _cored_with_source_cpu(cores, src_ms):
     model = _cored(cores)
     from dataclasses import replace
