@@ -726,6 +726,20 @@ def _cores_model(p, cores, cpu_share=1.0, service_ms=10.0):
                   [{"from": "src", "to": "q"}], **top)
 
 
+def _testbed_max_rate(model, seed=1):
+    """(the model's max rate, the testbed's: operator ``q``'s processed rate over 30 s after 10 s,
+    offered 1.5x the prediction)."""
+    from experiments.testbed.config import TestbedConfig
+    from experiments.testbed.sim import Testbed
+
+    predicted = predict(model, None, 1.0).max_rate
+    bed = Testbed(model, 1.5 * predicted, TestbedConfig(seed=seed))
+    bed.advance(10)
+    before = bed.operator_stats()["q"]["processed"]
+    bed.advance(30)
+    return predicted, (bed.operator_stats()["q"]["processed"] - before) / 30
+
+
 def test_cpu_stretch_is_the_binomial_expectation_and_one_when_cores_suffice():
     from scipy.stats import binom
 
@@ -824,12 +838,7 @@ def test_shared_cores_max_rate_and_light_load_latency_match_the_testbed(p, cores
     from experiments.testbed.sim import Testbed
 
     model = _cores_model(p, cores, cpu_share, service_ms=1.0)
-    predicted = predict(model, None, 1.0).max_rate
-    bed = Testbed(model, 1.5 * predicted, TestbedConfig(seed=1))
-    bed.advance(10)
-    before = bed.operator_stats()["q"]["processed"]
-    bed.advance(30)
-    measured = (bed.operator_stats()["q"]["processed"] - before) / 30
+    predicted, measured = _testbed_max_rate(model)
     assert predicted == pytest.approx(measured, rel=0.06)
     bed = Testbed(model, 0.3 * measured, TestbedConfig(seed=2))
     bed.advance(10)
@@ -1023,15 +1032,7 @@ def test_cpu_overhead_max_rate_matches_the_testbed(p, cores, cpu_share, h):
     measured -3.1 to +0.4 %). The overhead must show: both fall below the model without it."""
     from dataclasses import replace
 
-    from experiments.testbed.config import TestbedConfig
-    from experiments.testbed.sim import Testbed
-
     model = _overhead_model(p, cores, h, cpu_share, service_ms=1.0)
-    predicted = predict(model, None, 1.0).max_rate
-    bed = Testbed(model, 1.5 * predicted, TestbedConfig(seed=1))
-    bed.advance(10)
-    before = bed.operator_stats()["q"]["processed"]
-    bed.advance(30)
-    measured = (bed.operator_stats()["q"]["processed"] - before) / 30
+    predicted, measured = _testbed_max_rate(model)
     assert predicted == pytest.approx(measured, rel=0.06)
     assert measured < 0.95 * predict(replace(model, cpu_overhead_per_instance=0.0), None, 1.0).max_rate
