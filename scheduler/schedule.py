@@ -294,6 +294,7 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     """
     config.check()
     compiled = model if isinstance(model, CompiledModel) else compile_model(model)
+    variable_ops = [n for n in compiled.names if not compiled.model.operator(n).is_source]
     if not isinstance(forecast, pd.Series) or len(forecast) < 1:
         raise SchedulerError("the forecast must be a non-empty pandas Series", field="forecast")
     if not isinstance(forecast.index, pd.DatetimeIndex) or not forecast.index.is_monotonic_increasing:
@@ -357,7 +358,7 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     if keep_until is not None and current_config is not None and config.solver != "priced":
         cut = int(np.searchsorted(idx, pd.Timestamp(keep_until), side="left"))
         s0, e0, l0 = seg[0]
-        running = sum(current_config[n] for n in compiled.names if not compiled.model.operator(n).is_source)
+        running = sum(current_config[n] for n in variable_ops)
         if plan_for(l0).instances < running:
             if s0 < cut < e0:
                 seg[0:1] = [(s0, cut, l0), (cut, e0, l0)]
@@ -452,7 +453,6 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
     lead = pd.Timedelta(seconds=lead_s)
     shift_steps = int(config.shift_s // step_s) if config.restart_s > 0 and step_s > 0 else 0
     grid = pd.Timedelta(seconds=step_s)
-    variable_ops = [n for n in compiled.names if not compiled.model.operator(n).is_source]
     recs: list[Reconfiguration] = []
     reasons: list[str] = []
     feasible = True
@@ -502,8 +502,7 @@ def schedule(model: JobModel | CompiledModel, forecast: pd.Series, current_load:
             effective = issue + lead
         recs.append(Reconfiguration(issue_at=issue, effective_at=effective,
                                     segment_start=start, config=cfg_n,
-                                    instances=sum(v for k, v in cfg_n.items()
-                                                  if not compiled.model.operator(k).is_source),
+                                    instances=sum(cfg_n[k] for k in variable_ops),
                                     level=lv, direction=direction, late=late, reason=why))
     reasons.extend(priced)
     if priced_now:
