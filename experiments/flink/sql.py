@@ -64,7 +64,11 @@ class NexmarkSqlSpec:
     (window join of persons and auction sellers)."""
     rate_per_s: int = 1000
     """``rows-per-second`` of every datagen table the query reads (total over the source's
-    subtasks), rows/s; q8 reads two tables, so its job input is twice this."""
+    subtasks), rows/s; q8 reads two tables, so its job input is twice this (with
+    ``person_rate_per_s`` unset)."""
+    person_rate_per_s: int | None = None
+    """``rows-per-second`` of the ``person`` table (q8's other input); None = ``rate_per_s``. Sets
+    q8's input mix (Nexmark's generator: one person per three auctions)."""
     parallelism: int = 2
     """Parallelism of every SQL operator except the sources (and the planner's single-instance
     operators, q5's final aggregate)."""
@@ -87,6 +91,9 @@ class NexmarkSqlSpec:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError("must be an integer >= 1", field=field, value=value)
+        pr = self.person_rate_per_s
+        if pr is not None and (isinstance(pr, bool) or not isinstance(pr, int) or pr < 1):
+            raise ConfigError("must be an integer >= 1 or None", field="person_rate_per_s", value=pr)
         sp = self.source_parallelism
         if sp is not None and (isinstance(sp, bool) or not isinstance(sp, int) or sp < 1):
             raise ConfigError("must be an integer >= 1 or None", field="source_parallelism", value=sp)
@@ -105,6 +112,8 @@ class NexmarkSqlSpec:
                 "--name", self.job_name]
         if self.source_parallelism is not None:
             args += ["--source-parallelism", str(self.source_parallelism)]
+        if self.person_rate_per_s is not None:
+            args += ["--person-rate", str(self.person_rate_per_s)]
         return args
 
 

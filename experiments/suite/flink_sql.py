@@ -33,7 +33,15 @@ one TaskManager, 8 slots, on this machine's cores) and, per query (``experiments
    more, and counts its CPU among the cores' load.
 2. **Predicted max sustainable rate** at >= 5 unseen configurations (per-vertex parallelism,
    most with more instances than cores): ``modeler.queueing.predict(model, config, 1.0).max_rate``
-   (job input, tuples/s: the sum over the query's datagen tables). Beside it **DS2's linear
+   (job input, tuples/s: the sum over the query's datagen tables). **Input mix** (q8's two
+   tables): a two-input job's max rate depends on the mix of its inputs, and at overload each
+   datagen is back-pressured on its own, so the measured job runs at a mix of its own (q8: 25-35 %
+   persons) while a model without ``rate_share`` splits the input equally. The prediction
+   compared is therefore at the mix each measured job ran at (``with_source_mix``: the sources'
+   shares of the generated tuples over the measured windows; the input's composition, not its
+   rate), logged as ``source_mix``; the prediction at the model's own mix is kept beside it
+   (``predicted_at_model_mix``). Until 2026-12-06 (run d5da79ce and before) q8's predictions
+   were at 50/50 against measurements at about 27/73. Beside it **DS2's linear
    extrapolation**: every measured operator's true processing rate per instance (tuples per busy
    second, pooled over the calibration windows) times its parallelism, divided by its visit
    ratio (operator tuples per job input tuple); the job's rate is the smallest (the bottleneck).
@@ -135,6 +143,10 @@ class QuerySetup:
     """One step's start configuration."""
     target_share: float
     """One step's target = this share of the largest measured max rate (job input, tuples/s)."""
+    step_mix: tuple[tuple[str, float], ...] = ()
+    """One step's input mix, (source, share of the job input) per source; empty = every table
+    at the same rate. The planner is given the same mix (``with_source_mix``): the workload's
+    composition, which a user of a two-input job knows from its sources."""
     calibration_windows: int | None = None
     """Windows read per calibration job; None = the run's setting. q8 needs more: its WindowJoin
     works only when its 10 s windows fire, so most 4 s windows see it idle, and calibration needs
@@ -158,7 +170,10 @@ SETUPS = {
                             ("WindowJoin",)),
                      calibration=((1, 1, 1), (2, 2, 2), (3, 3, 3)),
                      tests=((1, 2, 1), (2, 1, 1), (2, 2, 1), (3, 3, 2), (4, 4, 4)), start=(1, 1, 1),
-                     target_share=0.8, calibration_windows=5),
+                     target_share=0.8, calibration_windows=5,
+                     # Nexmark's generator: one person per three auctions (and near the mix the
+                     # overloaded job ran at: 25-35 % persons in run d5da79ce)
+                     step_mix=(("person", 0.25), ("auction", 0.75))),
 }
 """The full run's configurations. Calibration configurations are never test configurations: each
 is calibrated at its own saturation (the datagen asking ``OVERLOAD_RATE``), the regime the max-rate
@@ -292,14 +307,37 @@ def with_source_rates(w, rates: dict[str, float]):
                                      if k in rates else o) for k, o in w.operators.items()})
 
 
+def source_mix(rates: list[dict[str, float]]) -> dict[str, float]:
+    """Each source's share of the tuples the sources generated over several windows (``rates``:
+    per window ``source_input_rates``); equal shares when nothing was generated."""
+    totals = {s: float(sum(r.get(s, 0.0) for r in rates)) for s in (rates[0] if rates else {})}
+    whole = sum(totals.values())
+    return {s: (v / whole if whole > 0 else 1.0 / len(totals)) for s, v in totals.items()}
+
+
+def with_source_mix(model, mix: dict[str, float]):
+    """``model`` with its sources' ``rate_share`` set to ``mix`` (shares of the job input, summing
+    to 1; a one-source model is returned as it is). A two-input job's max rate depends on the
+    mix of its inputs: the prediction is compared with a measurement at the mix the measured job
+    ran at (module docstring, "Input mix")."""
+    if len(model.sources) <= 1:
+        return model
+    missing = [s.name for s in model.sources if s.name not in mix]
+    if missing or abs(sum(mix.values()) - 1.0) > 1e-6:
+        raise ExperimentError("a source mix needs every source's share, summing to 1", field="mix", value=mix)
+    return replace(model, operators=tuple(replace(op, rate_share=float(mix[op.name])) if op.is_source else op
+                                          for op in model.operators))
+
+
 def _summary_of(windows, job: _Job) -> dict:
     """Means over windows: job input rate, most back-pressured non-source instance, mean busy per
-    operator, configuration in force."""
+    operator, configuration in force, the sources' mix (``source_mix``)."""
     rate = [_input_rate(w, job.sources, job.graph) for w in windows]
     bp = [max((o.backpressure_max for o in w.operators.values() if not o.is_source), default=0.0) for w in windows]
     busy = {op: float(np.nanmean([w.operators[op].busy_mean for w in windows])) for op in windows[0].operators}
     return {"rate": float(np.mean(rate)), "rate_sd": float(np.std(rate)), "bp_mean": float(np.mean(bp)),
             "bp_max": float(max(bp)), "busy": busy,
+            "mix": source_mix([source_input_rates(w, job.sources, job.graph) for w in windows]),
             "config": dict(windows[-1].config)}
 
 
@@ -340,12 +378,27 @@ def _body(ctx, cluster, s) -> dict:
     return out
 
 
-def _spec(setup: QuerySetup, rate_per_table: int):
+def _spec(setup: QuerySetup, rate_per_table: int, person_rate: int | None = None):
     from experiments.flink.sql import NexmarkSqlSpec
 
     # parallelism 2 at submission, sources 1: a REBALANCE behind each source (experiments.flink.sql)
     return NexmarkSqlSpec(query=setup.query, rate_per_s=int(rate_per_table), parallelism=2,
-                          source_parallelism=1, name=f"augury-flink-sql-{setup.query}")
+                          source_parallelism=1, person_rate_per_s=person_rate,
+                          name=f"augury-flink-sql-{setup.query}")
+
+
+def step_rates(setup: QuerySetup, target: float, n_sources: int) -> tuple[int, int | None]:
+    """The one step's datagen rates for a job input of ``target`` tuples/s: (``rate_per_s``,
+    ``person_rate_per_s``). Every table at target / sources, or with a ``step_mix`` the person
+    table at its share and the other tables at theirs (q8: one other)."""
+    mix = dict(setup.step_mix)
+    if not mix:
+        return int(round(target / n_sources)), None
+    others = {k: v for k, v in mix.items() if k != "person"}
+    if "person" not in mix or len(set(others.values())) != 1:
+        raise ExperimentError("a step mix gives the person table and one share for the others",
+                              field="step_mix", value=setup.step_mix)
+    return int(round(target * next(iter(others.values())))), int(round(target * mix["person"]))
 
 
 def _to(job: _Job, config: dict[str, int]) -> float:
@@ -412,7 +465,7 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
                 ds2_rows.append({"operator": name, "processed_rate": o.processed_rate, "busy_mean": o.busy_mean,
                                  "parallelism": o.parallelism, "input": w.input_rate})
         calib_rows.append({"query": q, "configuration": _fmt(job.graph.config()), "rate_per_table": OVERLOAD_RATE,
-                           "job_input_rate": round(m["rate"], 1), "measured_input_rate": round(m["rate"], 1),
+                           "job_input_rate": round(m["rate"], 1), "measured_input_rate": round(m["rate"], 1), "source_mix": _fmt_mix(m["mix"]),
                            "backpressure_max": round(m["bp_max"], 3), "rescale_s": round(restart, 1),
                            "taskmanager_cpu_cores": round(cpu_cores, 3), "source_threads_cpu_cores": round(source_cores, 3),
                            "source_us_per_tuple": round(source_cores / m["rate"] * 1e6, 3) if m["rate"] > 0 else float("nan"),
@@ -469,20 +522,27 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
             m = _summary_of(job.windows(n, skip=0), job)
             m["cores"] = cores_used(before, cluster.cpu_reading(), time.monotonic() - since)
             measured.append(m)
-            ctx.progress(f"{q} max rate {t}: predicted {pm:.0f}/s, DS2 linear {dm:.0f}/s, measured "
+            mixed = "" if len(job.sources) <= 1 else (
+                f" ({predict(with_source_mix(model, m['mix']), c, 1.0).max_rate:.0f}/s at the measured mix "
+                f"{_fmt_mix(m['mix'])})")
+            ctx.progress(f"{q} max rate {t}: predicted {pm:.0f}/s{mixed}, DS2 linear {dm:.0f}/s, measured "
                          f"{m['rate']:.0f}/s (operators back-pressured {m['bp_mean']:.2f}; cores used: "
                          + ", ".join(f"{k} {v:.2f}" for k, v in m["cores"].items()) + ")")
     finally:
         job.cancel()
     rows = []
-    for c, pm, dm, m in zip(tests, predicted, ds2, measured):
+    for c, pm0, dm, m in zip(tests, predicted, ds2, measured):
         inst = int(sum(c.values()))
+        # like for like: the max rate at the mix the measured job ran at (module docstring,
+        # "Input mix"); the prediction at the model's own mix is kept beside it
+        pm = float(predict(with_source_mix(model, m["mix"]), c, 1.0).max_rate)
         # the busiest operator's mean busy share: near 1 it was the bottleneck; well below 1 with the
         # source not back-pressured, the datagen was (source_limited)
         busiest = max(((k, v) for k, v in m["busy"].items() if np.isfinite(v)), key=lambda kv: kv[1],
                       default=("", float("nan")))
         rows.append({"query": q, "configuration": _fmt(c), "instances": inst,
                      "above_cores": inst > cores, "predicted_max_rate": round(pm, 1),
+                     "predicted_at_model_mix": round(pm0, 1), "source_mix": _fmt_mix(m["mix"]),
                      "ds2_linear_max_rate": round(dm, 1), "measured_max_rate": round(m["rate"], 1),
                      "measured_sd": round(m["rate_sd"], 1), "max_rate_error": round(rel_error(pm, m["rate"]), 4),
                      "ds2_error": round(rel_error(dm, m["rate"]), 4),
@@ -497,13 +557,14 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
     # the cluster has SLOTS slots (one subtask of every vertex per slot): the planner searches
     # within them, so a target the model thinks out of reach still gets the most the cluster can
     # run, which is applied and measured (not the topology's 128, which could never be applied)
-    proposal = plan(within_slots(model, SLOTS), target, PlanConfig(utilization_target=UTILIZATION_TARGET))
+    planned_model = with_source_mix(model, dict(setup.step_mix)) if setup.step_mix else model
+    proposal = plan(within_slots(planned_model, SLOTS), target, PlanConfig(utilization_target=UTILIZATION_TARGET))
     planned = {k: int(v) for k, v in proposal.config.items()}
     steps.advance(f"{q} one step -> {planned} for {target:.0f}/s")
     step = {"query": q, "target": target, "start": start, "planned": planned, "feasible": bool(proposal.feasible),
             "planned_instances": int(sum(planned.values())), "predicted_max_at_plan": float(proposal.prediction.max_rate),
-            "before": None, "after": None, "restart_s": float("nan")}
-    job = _Job(cluster, _spec(setup, int(round(target / n_sources))), w_s)
+            "before": None, "after": None, "restart_s": float("nan"), "mix": setup.step_mix}
+    job = _Job(cluster, _spec(setup, *step_rates(setup, target, n_sources)), w_s)
     try:
         _to(job, start)
         step["before"] = _summary_of(job.windows(s["step_before_windows"], skip=1), job)
@@ -526,6 +587,10 @@ def within_slots(model, slots: int):
     return replace(model, operators=tuple(
         replace(op, max_parallelism=min(op.max_parallelism, slots), min_parallelism=min(op.min_parallelism, slots))
         for op in model.operators))
+
+
+def _fmt_mix(mix: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:.3f}" for k, v in mix.items())
 
 
 def _fmt(c: dict) -> str:
@@ -558,6 +623,8 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
                       "predicted_max_at_plan": round(st["predicted_max_at_plan"], 1),
                       "after_rate": round(a["rate"], 1) if a else None,
                       "after_backpressure_mean": round(a["bp_mean"], 3) if a else None,
+                      "step_mix": _fmt_mix(dict(st["mix"])) if st.get("mix") else "equal rates per table",
+                      "after_source_mix": _fmt_mix(a["mix"]) if a and "mix" in a else None,
                       "after_backpressure_max": round(a["bp_max"], 3) if a else None,
                       "start_carried_target": (b["rate"] >= THROUGHPUT_OK * st["target"]) if b else None,
                       "rescale_s": round(st["restart_s"], 1), "meets_target": ok,

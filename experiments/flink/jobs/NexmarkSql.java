@@ -36,7 +36,7 @@ import org.apache.flink.table.api.TableEnvironment;
  * apart.
  *
  * <p>Arguments: --query q1|q2|q5|q8 --rate R (rows/s per datagen table, total over its subtasks)
- * --parallelism P (every operator) --max-parallelism M (key groups) --keys K (distinct auction /
+ * [--person-rate R] (rows/s of the person table; default --rate) --parallelism P (every operator) --max-parallelism M (key groups) --keys K (distinct auction /
  * seller / person ids) --name NAME (job name) [--chaining true|false] [--explain] (print the
  * JSON execution plan and exit, no cluster needed).
  */
@@ -81,7 +81,7 @@ public final class NexmarkSql {
             "  `dateTime` AS CAST(CURRENT_TIMESTAMP AS TIMESTAMP(3)),\n"
                     + "  WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '1' SECOND\n";
 
-    static void createTables(TableEnvironment tEnv, long rate, int sourceParallelism, long keys) {
+    static void createTables(TableEnvironment tEnv, long rate, long personRate, int sourceParallelism, long keys) {
         long lo = 1000L;
         long hi = lo + keys - 1;
         tEnv.executeSql("CREATE TABLE bid (\n  auction BIGINT, bidder BIGINT, price BIGINT,\n"
@@ -96,7 +96,7 @@ public final class NexmarkSql {
                         + range("category", 10, 20) + length("itemName", 20) + length("extra", 20)));
         tEnv.executeSql("CREATE TABLE person (\n  id BIGINT, name STRING, emailAddress STRING,\n"
                 + "  city STRING, state STRING, extra STRING,\n" + EVENT_TIME + ")"
-                + datagen(rate, sourceParallelism, range("id", lo, hi) + length("name", 16) + length("emailAddress", 24)
+                + datagen(personRate, sourceParallelism, range("id", lo, hi) + length("name", 16) + length("emailAddress", 24)
                         + length("city", 12) + length("state", 2) + length("extra", 20)));
     }
 
@@ -150,6 +150,7 @@ public final class NexmarkSql {
     public static void main(String[] args) throws Exception {
         String query = arg(args, "query", "q1");
         long rate = Long.parseLong(arg(args, "rate", "1000"));
+        long personRate = Long.parseLong(arg(args, "person-rate", String.valueOf(rate)));
         int parallelism = Integer.parseInt(arg(args, "parallelism", "1"));
         int maxParallelism = Integer.parseInt(arg(args, "max-parallelism", "128"));
         long keys = Long.parseLong(arg(args, "keys", "10000"));
@@ -165,7 +166,7 @@ public final class NexmarkSql {
         conf.setString("pipeline.operator-chaining.enabled", String.valueOf(chaining));
         TableEnvironment tEnv = TableEnvironment.create(
                 EnvironmentSettings.newInstance().inStreamingMode().withConfiguration(conf).build());
-        createTables(tEnv, rate, sourceParallelism, keys);
+        createTables(tEnv, rate, personRate, sourceParallelism, keys);
         StatementSet set = tEnv.createStatementSet();
         addQuery(tEnv, set, query);
         if (flag(args, "explain")) {

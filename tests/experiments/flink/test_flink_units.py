@@ -278,8 +278,11 @@ def test_nexmark_sql_spec_args_and_checks():
     assert args[args.index("--source-parallelism") + 1] == "1" and args[args.index("--chaining") + 1] == "true"
     assert spec.job_name == "augury-nexmark-q8"
     assert "--source-parallelism" not in NexmarkSqlSpec(source_parallelism=None).args()
+    assert "--person-rate" not in args
+    mixed = NexmarkSqlSpec(query="q8", rate_per_s=7500, person_rate_per_s=2500).args()
+    assert mixed[mixed.index("--person-rate") + 1] == "2500" and mixed[mixed.index("--rate") + 1] == "7500"
     for bad in (dict(query="q3"), dict(rate_per_s=0), dict(parallelism=True), dict(source_parallelism=0),
-                dict(parallelism=200)):
+                dict(parallelism=200), dict(person_rate_per_s=0)):
         with pytest.raises(ConfigError):
             NexmarkSqlSpec(**bad)
 

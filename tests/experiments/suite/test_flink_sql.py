@@ -174,6 +174,46 @@ def test_calibration_source_rates_are_the_records_in_behind_each_source():
     assert w2.operators["Calc"] == w.operators["Calc"]
 
 
+def test_a_two_input_prediction_is_made_at_the_mix_the_measured_job_ran_at():
+    """Two sources with paths of different cost: the max rate depends on the mix. The measured
+    windows' mix (shares of the tuples the sources generated over them) sets the model's
+    ``rate_share``; a one-source model is left as it is; a mix missing a source is an error."""
+    from experiments.harness import ExperimentError
+    from modeler.modelfile import parse_model
+    from modeler.queueing import predict
+
+    model = parse_model({"augury": 1, "job": "q8", "operators": [
+        {"name": "person", "role": "source", "parallelism": 1},
+        {"name": "auction", "role": "source", "parallelism": 1},
+        {"name": "Calc", "parallelism": 1, "service_time_ms": 0.01},
+        {"name": "Calc-2", "parallelism": 1, "service_time_ms": 0.002}],
+        "edges": [{"from": "person", "to": "Calc"}, {"from": "auction", "to": "Calc-2"}]})
+    mix = fs.source_mix([{"person": 20_000.0, "auction": 80_000.0}, {"person": 30_000.0, "auction": 70_000.0}])
+    assert mix == {"person": pytest.approx(0.25), "auction": pytest.approx(0.75)}
+    assert fs.source_mix([{"person": 0.0, "auction": 0.0}]) == {"person": 0.5, "auction": 0.5}
+    mixed = fs.with_source_mix(model, mix)
+    assert mixed.source_shares() == {"person": pytest.approx(0.25), "auction": pytest.approx(0.75)}
+    # Calc carries 100 000/s: at 50/50 the job 200 000/s, at 25/75 400 000/s (Calc-2's 500 000/s
+    # bounds neither)
+    assert predict(model, None, 1.0).max_rate == pytest.approx(200_000.0, rel=1e-6)
+    assert predict(mixed, None, 1.0).max_rate == pytest.approx(400_000.0, rel=1e-6)
+    one = parse_model({"augury": 1, "job": "q1", "operators": [
+        {"name": "bid", "role": "source", "parallelism": 1},
+        {"name": "Calc", "parallelism": 1, "service_time_ms": 0.01}], "edges": [{"from": "bid", "to": "Calc"}]})
+    assert fs.with_source_mix(one, {"bid": 1.0}) is one
+    with pytest.raises(ExperimentError):
+        fs.with_source_mix(model, {"person": 1.0})
+
+
+def test_one_step_rates_keep_the_step_mix():
+    """q8's step runs Nexmark's one person per three auctions; a query without a step mix asks
+    every table for the same share."""
+    q8, q5 = fs.SETUPS["q8"], fs.SETUPS["q5"]
+    assert fs.step_rates(q8, 400_000.0, 2) == (300_000, 100_000)
+    assert fs.step_rates(q5, 400_000.0, 1) == (400_000, None)
+    assert sum(dict(q8.step_mix).values()) == pytest.approx(1.0)
+
+
 def test_calibration_configurations_are_never_test_configurations():
     """Every query is calibrated at its calibration configurations' saturation; predicting a
     configuration it was calibrated on would measure nothing."""
