@@ -46,9 +46,14 @@ one TaskManager, 8 slots, on this machine's cores) and, per query (``experiments
    second, pooled over the calibration windows) times its parallelism, divided by its visit
    ratio (operator tuples per job input tuple); the job's rate is the smallest (the bottleneck).
    Linear scaling is what DS2 assumes; with more busy instances than cores it cannot hold.
-3. **Measured max sustainable rate**: one job whose datagen asks for far more than any
-   configuration carries (``OVERLOAD_RATE`` rows/s per table), rescaled at runtime through the
-   test configurations (``LiveFlinkActuator``). After each rescale one window is skipped (back
+3. **Measured max sustainable rate**: the calibration's job, whose datagen asks for far more
+   than any configuration carries (``OVERLOAD_RATE`` rows/s per table), rescaled at runtime
+   through the test configurations (``LiveFlinkActuator``). **One job**: calibration and tests
+   run on one job per query (since 2026-12-06; before, each calibration configuration and the
+   tests were separate submissions). augury calibrates on the job it then rescales; separate
+   submissions add a between-job spread production never sees (run 828b51a4: q1's calibration
+   jobs read the datagen at 1.16 and 1.40 us per tuple, the tests' job 1.17-1.19 at all five
+   configurations). After each rescale one window is skipped (back
    pressure settles), then the rate reaching the vertices right behind the sources (their
    records in, summed over the sources: every input tuple passes there) is averaged over
    ``windows`` windows. Definition used: *max sustainable rate = the job input rate that flows
@@ -420,43 +425,52 @@ def calibration_config():
 
 
 def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dict:
+    # One job per query for calibration and the max-rate tests, rescaled between them as augury
+    # rescales the job it calibrated on (module docstring, "One job"); at saturation: the datagen
+    # asks far more than any configuration carries ("Calibration at saturation").
+    job = _Job(cluster, _spec(setup, OVERLOAD_RATE), s["window_s"])
+    try:
+        return _measure_on(ctx, job, s, setup, cores, steps, base_job_config=job.graph.config())
+    finally:
+        job.cancel()
+
+
+def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_job_config) -> dict:
+    """Calibration and max-rate tests on ``job`` (overloaded), then the one step on a job of its
+    own; ``base_job_config``: the job's configuration at submission (the vertices no group scales
+    keep theirs)."""
     from modeler.calibrate import Calibrator
     from modeler.modelfile import parse_model
     from modeler.queueing import predict
     from scheduler.observe import history_frames
     from scheduler.plan import PlanConfig, plan
 
+    cluster = job.cluster
     q, w_s, n = setup.query, s["window_s"], s["windows"]
     # 1. calibration
     calib_windows, calib_rows, topology, ds2_rows, engine_cpu, source_cpu = [], [], None, [], [], []
-    n_sources = 1
-    for t in setup.calibration:
+    n_sources = len(job.sources)
+    for i, t in enumerate(setup.calibration):
         steps.advance(f"{q} calibration {t} at saturation")
-        # at saturation: the datagen asks far more than the configuration carries (module
-        # docstring, "Calibration at saturation")
-        job = _Job(cluster, _spec(setup, OVERLOAD_RATE), w_s)
-        try:
-            restart = _to(job, setup.config(t))
-            # The TaskManager's CPU over the calibration windows (after the warm-up window: JIT
-            # compilation burns CPU in the first seconds): the datagen's CPU, which no busy
-            # time shows, is what it has beyond the operators' (module docstring, "Source CPU").
-            job.windows(0, skip=1)
-            t0, cpu0 = job.source.cpu_sample()
-            h0, src0 = time.monotonic(), cluster.source_threads_cpu_s()
-            ws = job.windows(setup.calibration_windows or s["calibration_windows"], skip=0)
-            h1, src1 = time.monotonic(), cluster.source_threads_cpu_s()
-            t1, cpu1 = job.source.cpu_sample()
-            if topology is None:
-                topology = job.graph.topology()
-            m = _summary_of(ws, job)
-        finally:
-            job.cancel()
+        restart = _to(job, setup.config(t))
+        # The TaskManager's CPU over the calibration windows (after the warm-up window, two
+        # right after submission: JIT compilation burns CPU in the first seconds): the datagen's
+        # CPU, which no busy time shows, is what it has beyond the operators' (module
+        # docstring, "Source CPU").
+        job.windows(0, skip=2 if i == 0 else 1)
+        t0, cpu0 = job.source.cpu_sample()
+        h0, src0 = time.monotonic(), cluster.source_threads_cpu_s()
+        ws = job.windows(setup.calibration_windows or s["calibration_windows"], skip=0)
+        h1, src1 = time.monotonic(), cluster.source_threads_cpu_s()
+        t1, cpu1 = job.source.cpu_sample()
+        if topology is None:
+            topology = job.graph.topology()
+        m = _summary_of(ws, job)
         cpu_cores = (cpu1 - cpu0) / (t1 - t0) if t1 > t0 else float("nan")
         source_cores = (src1 - src0) / (h1 - h0) if h1 > h0 else float("nan")
         starts = [pd.Timestamp(w.start_s, unit="s", tz="UTC") for w in ws]
         engine_cpu.extend({"window_start": ts, "cpu_cores": cpu_cores} for ts in starts)
         source_cpu.extend({"window_start": ts, "cpu_cores": source_cores} for ts in starts)
-        n_sources = len(job.sources)
         # each source's rate: the records in right behind it (module docstring, "Input rate")
         ws = [with_source_rates(w, source_input_rates(w, job.sources, job.graph)) for w in ws]
         calib_windows.extend(ws)
@@ -502,34 +516,32 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
         inputs[r["operator"]][1] += r["input"]
     visits = {op: a / b for op, (a, b) in inputs.items() if b > 0}
 
-    base = job.graph.config()
+    base = base_job_config
     tests = [{**base, **setup.config(t)} for t in setup.tests]
     predicted = [float(predict(model, c, 1.0).max_rate) for c in tests]
     ds2 = [ds2_linear_max_rate(true_rates, visits, c) for c in tests]
 
-    # 2. max sustainable rate: one overloaded job rescaled through the test configurations
+    # 2. max sustainable rate: the same overloaded job rescaled through the test configurations
     measured, rescales = [], []
-    job = _Job(cluster, _spec(setup, OVERLOAD_RATE), w_s)
-    try:
-        for c, t, pm, dm in zip(tests, setup.tests, predicted, ds2):
-            steps.advance(f"{q} max rate {t}")
-            rescales.append(_to(job, c))
-            # What the cores did meanwhile (from /proc): the datagen thread near one core is a
-            # generator at its limit; the machine at all its cores with the cluster below them is
-            # other load taking cores the model counts as the job's.
-            job.windows(0, skip=1)
-            before, since = cluster.cpu_reading(), time.monotonic()
-            m = _summary_of(job.windows(n, skip=0), job)
-            m["cores"] = cores_used(before, cluster.cpu_reading(), time.monotonic() - since)
-            measured.append(m)
-            mixed = "" if len(job.sources) <= 1 else (
-                f" ({predict(with_source_mix(model, m['mix']), c, 1.0).max_rate:.0f}/s at the measured mix "
-                f"{_fmt_mix(m['mix'])})")
-            ctx.progress(f"{q} max rate {t}: predicted {pm:.0f}/s{mixed}, DS2 linear {dm:.0f}/s, measured "
-                         f"{m['rate']:.0f}/s (operators back-pressured {m['bp_mean']:.2f}; cores used: "
-                         + ", ".join(f"{k} {v:.2f}" for k, v in m["cores"].items()) + ")")
-    finally:
-        job.cancel()
+    for c, t, pm, dm in zip(tests, setup.tests, predicted, ds2):
+        steps.advance(f"{q} max rate {t}")
+        rescales.append(_to(job, c))
+        # What the cores did meanwhile (from /proc): the datagen thread near one core is a
+        # generator at its limit; the machine at all its cores with the cluster below them is
+        # other load taking cores the model counts as the job's.
+        job.windows(0, skip=1)
+        before, since = cluster.cpu_reading(), time.monotonic()
+        m = _summary_of(job.windows(n, skip=0), job)
+        m["cores"] = cores_used(before, cluster.cpu_reading(), time.monotonic() - since)
+        measured.append(m)
+        mixed = "" if len(job.sources) <= 1 else (
+            f" ({predict(with_source_mix(model, m['mix']), c, 1.0).max_rate:.0f}/s at the measured mix "
+            f"{_fmt_mix(m['mix'])})")
+        ctx.progress(f"{q} max rate {t}: predicted {pm:.0f}/s{mixed}, DS2 linear {dm:.0f}/s, measured "
+                     f"{m['rate']:.0f}/s (operators back-pressured {m['bp_mean']:.2f}; cores used: "
+                     + ", ".join(f"{k} {v:.2f}" for k, v in m["cores"].items()) + ")")
+    # the step runs at its own rate: this job stops first (cancelling again is harmless)
+    job.cancel()
     rows = []
     for c, pm0, dm, m in zip(tests, predicted, ds2, measured):
         inst = int(sum(c.values()))
