@@ -10,7 +10,8 @@ YAML or JSON, same content::
     restore_mb_per_s: 50             # needed when an operator has state_mb > 0
     resources: {cores: 2}            # optional: the cores every instance shares (or
                                      # {taskmanagers: 1, cores_per_taskmanager: 2}; optional
-                                     # cpu_overhead_per_instance: 0.03)
+                                     # cpu_overhead_per_instance: 0.03,
+                                     # engine_cpu_ms_per_tuple: 0.002)
     operators:
       - {name: source, role: source, parallelism: 1, cpu_ms_per_tuple: 0.002}
       - {name: split, parallelism: 2, service_time_ms: 0.5, service_scv: 1.0,
@@ -52,6 +53,12 @@ fraction of each operator's CPU work: with N computing instances on K cores ever
 CPU work per tuple is ``cpu_share x service_time_ms x (1 + cpu_overhead_per_instance x
 max(0, N - K))`` (``modeler.queueing``, "Shared cores"; more threads than cores cost switches,
 cache misses, more channels and timers, and the engine measured it: flink-sql's q8).
+``resources.engine_cpu_ms_per_tuple`` (optional, >= 0, default 0) is the CPU (core-ms) the
+engine spends per job input tuple outside every operator's busy time and every source's thread
+(network stack, serialization into the exchanges, garbage collection): it loads the shared cores
+and bounds the rate where all CPU work fills them, but no thread of its own bounds it
+(``modeler.queueing``, "Shared cores"; flink-sql's q8: half the TaskManager's CPU beyond the
+datagen threads was in no operator's busy time).
 
 ``require_profiles=False`` accepts a *topology file*: the same format without service times,
 which calibration fills in.
@@ -87,7 +94,8 @@ _OPERATOR_KEYS = {
     "max_parallelism", "rate_share", "arrival_scv", "scaling", "state_mb", "cpu_share",
     "cpu_ms_per_tuple",
 }
-_RESOURCES_KEYS = {"cores", "taskmanagers", "cores_per_taskmanager", "cpu_overhead_per_instance"}
+_RESOURCES_KEYS = {"cores", "taskmanagers", "cores_per_taskmanager", "cpu_overhead_per_instance",
+                   "engine_cpu_ms_per_tuple"}
 _EDGE_KEYS = {"from", "to", "grouping", "selectivity", "keys", "buffer_tuples"}
 _KEYS_KEYS = {"distribution", "exponent", "count", "weights"}
 _SCALING_KEYS = {"form", "overhead", "parallelism", "factor"}
@@ -227,6 +235,10 @@ class JobModel:
     """Fraction of its CPU work per tuple that every operator adds per computing instance beyond
     ``cores`` (``resources.cpu_overhead_per_instance``, >= 0); 0 = none (the model before it).
     Only matters when ``cores`` is given."""
+    engine_cpu_ms_per_tuple: float = 0.0
+    """CPU (core-ms) the engine spends per job input tuple outside the operators' busy time and
+    the sources' threads, on the shared cores (``resources.engine_cpu_ms_per_tuple``, >= 0); 0 =
+    none (the model before it). Only matters when ``cores`` is given."""
 
     @property
     def state_mb(self) -> float:
@@ -496,16 +508,17 @@ def _parse_operator(ctx: _Ctx, raw: Any, i: int, require_profiles: bool) -> Oper
     )
 
 
-def _parse_resources(ctx: _Ctx, raw: Any) -> tuple[float, float]:
+def _parse_resources(ctx: _Ctx, raw: Any) -> tuple[float, float, float]:
     """``resources`` -> (total cores: ``cores``, or ``taskmanagers`` x ``cores_per_taskmanager``;
-    ``cpu_overhead_per_instance``, default 0)."""
+    ``cpu_overhead_per_instance``, default 0; ``engine_cpu_ms_per_tuple``, default 0)."""
     if not isinstance(raw, Mapping):
         raise ctx.fail("must be a mapping like {cores: 2} or {taskmanagers: 1, cores_per_taskmanager: 2}",
                        "resources", raw)
     ctx.unknown_keys(raw, _RESOURCES_KEYS, "resources")
     overhead = ctx.number(raw, "cpu_overhead_per_instance", "resources", 0.0, non_negative=True,
                           maximum=MAX_CPU_OVERHEAD_PER_INSTANCE)
-    return _parse_cores(ctx, raw), overhead
+    engine = ctx.number(raw, "engine_cpu_ms_per_tuple", "resources", 0.0, non_negative=True)
+    return _parse_cores(ctx, raw), overhead, engine
 
 
 def _parse_cores(ctx: _Ctx, raw: Mapping[str, Any]) -> float:
@@ -576,7 +589,8 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
                                maximum=MAX_BUFFER_TUPLES)
     restart_base = ctx.number(data, "restart_base_s", "", None, non_negative=True, allow_none=True)
     restore_rate = ctx.number(data, "restore_mb_per_s", "", None, positive=True, allow_none=True)
-    cores, cpu_overhead = _parse_resources(ctx, data["resources"]) if "resources" in data else (None, 0.0)
+    cores, cpu_overhead, engine_cpu = _parse_resources(ctx, data["resources"]) if "resources" in data \
+        else (None, 0.0, 0.0)
 
     raw_ops = data.get("operators")
     if not isinstance(raw_ops, list) or not raw_ops:
@@ -630,7 +644,7 @@ def parse_model(data: Any, source: str | None = None, *, require_profiles: bool 
         buffer_timeout_ms=buffer_timeout, buffer_records=buffer_records, buffer_tuples=buffer_tuples,
         calibration=data.get("calibration"), source_file=source,
         restart_base_s=restart_base, restore_mb_per_s=restore_rate, cores=cores,
-        cpu_overhead_per_instance=cpu_overhead,
+        cpu_overhead_per_instance=cpu_overhead, engine_cpu_ms_per_tuple=engine_cpu,
     )
     graph = to_graph(model)
     if not nx.is_directed_acyclic_graph(graph):
@@ -736,6 +750,8 @@ def model_to_dict(model: JobModel) -> dict[str, Any]:
         out["resources"] = {"cores": model.cores}
         if model.cpu_overhead_per_instance:
             out["resources"]["cpu_overhead_per_instance"] = model.cpu_overhead_per_instance
+        if model.engine_cpu_ms_per_tuple:
+            out["resources"]["engine_cpu_ms_per_tuple"] = model.engine_cpu_ms_per_tuple
     out["operators"] = ops
     out["edges"] = edges
     if model.calibration is not None:

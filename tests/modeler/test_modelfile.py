@@ -126,6 +126,8 @@ CASES = [
     (("resources",), {"cores": 2, "cpu_overhead_per_instance": 1.5}, "resources.cpu_overhead_per_instance", "1.5"),
     (("resources",), {"cores": 2, "cpu_overhead_per_instance": "3%"}, "resources.cpu_overhead_per_instance", "3%"),
     (("resources",), {"cpu_overhead_per_instance": 0.03}, "resources", None),
+    (("resources",), {"cores": 2, "engine_cpu_ms_per_tuple": -0.001}, "resources.engine_cpu_ms_per_tuple", "-0.001"),
+    (("resources",), {"cores": 2, "engine_cpu_ms_per_tuple": "2us"}, "resources.engine_cpu_ms_per_tuple", "2us"),
     (("operators", 1, "cpu_share"), -0.1, "operators[1].cpu_share", "-0.1"),
 ]
 
@@ -281,6 +283,20 @@ def test_cpu_overhead_per_instance_parses_round_trips_and_defaults_to_zero():
         assert again.cpu_overhead_per_instance == 0.03 and again == model
     data["resources"] = {"taskmanagers": 1, "cores_per_taskmanager": 2, "cpu_overhead_per_instance": 0}
     assert parse_model(data).cpu_overhead_per_instance == 0.0
+
+
+def test_engine_cpu_parses_round_trips_and_defaults_to_zero():
+    data = copy.deepcopy(BASE)
+    data["resources"] = {"cores": 2}
+    cored = parse_model(data)
+    assert cored.engine_cpu_ms_per_tuple == 0.0 and parse_model(BASE).engine_cpu_ms_per_tuple == 0.0
+    assert "engine_cpu_ms_per_tuple" not in dump_model(cored)  # files without it stay as they were
+    data["resources"] = {"cores": 2, "engine_cpu_ms_per_tuple": 0.002, "cpu_overhead_per_instance": 0.03}
+    model = parse_model(data)
+    assert model.engine_cpu_ms_per_tuple == 0.002 and model.cpu_overhead_per_instance == 0.03
+    for fmt in ("yaml", "json"):
+        again = parse_model_text(dump_model(model, fmt))
+        assert again.engine_cpu_ms_per_tuple == 0.002 and again == model
 
 
 def test_source_cpu_cost_parses_round_trips_and_defaults_to_none():
