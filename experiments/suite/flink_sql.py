@@ -505,6 +505,7 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
         f"{k}: {v['cpu_ms_per_tuple'] * 1000:.2f} us CPU per tuple" if np.isfinite(v["cpu_ms_per_tuple"])
         else f"{k}: {v['service_ms']:.4f} ms, c={v['cpu_share']:.2f}" for k, v in fits.items())
         + (f", TaskManager idle {fitted.engine_idle_cores_:.3f} cores" if fitted.engine_idle_cores_ is not None else "")
+        + f", engine CPU outside the operators {model.engine_cpu_ms_per_tuple * 1000:.2f} us per tuple"
         + f", CPU overhead per instance beyond the cores {overhead:.4f}"
         + (f" (fitted, holdout {fitted.cpu_overhead_.holdout_error:.1%})" if fitted.cpu_overhead_ is not None
            else " (not fitted)"))
@@ -589,6 +590,7 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
                  f"{step['after']['bp_mean']:.3f}")
     return {"rows": rows, "calib_rows": calib_rows, "fits": fits, "true_rates": true_rates, "visits": visits,
             "step": step, "rescales": rescales, "topology": topology, "cpu_overhead_per_instance": overhead,
+            "engine_cpu_ms_per_tuple": float(model.engine_cpu_ms_per_tuple),
             "calibration_data": {"ops": ops, "edges": edges, "engine_cpu": pd.DataFrame(engine_cpu),
                                  "source_cpu": pd.DataFrame(source_cpu)}}
 
@@ -618,7 +620,8 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
                           "cpu_ms_per_tuple": round(f.get("cpu_ms_per_tuple", float("nan")), 6),
                           "ds2_true_rate_per_instance": round(qo["true_rates"].get(op, float("nan")), 1),
                           "visit_ratio": round(qo["visits"].get(op, float("nan")), 5),
-                          "cpu_overhead_per_instance": round(qo.get("cpu_overhead_per_instance", 0.0), 5)}
+                          "cpu_overhead_per_instance": round(qo.get("cpu_overhead_per_instance", 0.0), 5),
+                          "engine_cpu_us_per_tuple": round(qo.get("engine_cpu_ms_per_tuple", 0.0) * 1000.0, 4)}
                          for q, qo in out["queries"].items() for op, f in qo["fits"].items()])
     steps, summary_rows, metrics = [], [], {}
     for q, qo in out["queries"].items():
