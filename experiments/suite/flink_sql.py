@@ -53,7 +53,9 @@ one TaskManager, 8 slots, on this machine's cores) and, per query (``experiments
    tests were separate submissions). augury calibrates on the job it then rescales; separate
    submissions add a between-job spread production never sees (run 828b51a4: q1's calibration
    jobs read the datagen at 1.16 and 1.40 us per tuple, the tests' job 1.17-1.19 at all five
-   configurations). After each rescale one window is skipped (back
+   configurations). The tests are measured before the fit, which uses the calibration windows
+   only and runs once the job has stopped (its CPU would compete with the overloaded job).
+   After each rescale one window is skipped (back
    pressure settles), then the rate reaching the vertices right behind the sources (their
    records in, summed over the sources: every input tuple passes there) is averaged over
    ``windows`` windows. Definition used: *max sustainable rate = the job input rate that flows
@@ -487,6 +489,25 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
         ctx.progress(f"{q} calibration {t} at saturation: input {m['rate']:.0f}/s, source threads "
                      f"{source_cores:.2f} cores, TaskManager {cpu_cores:.2f} cores, busy "
                      + ", ".join(f"{k}={v:.2f}" for k, v in m["busy"].items() if np.isfinite(v)))
+    # 2. max sustainable rate: the same overloaded job rescaled through the test configurations,
+    # measured before the fit (which uses the calibration windows only): the fit's CPU would
+    # otherwise compete with the overloaded job for the 2 cores (CI's quick run: 182 s, was 113)
+    tests = [{**base_job_config, **setup.config(t)} for t in setup.tests]
+    measured, rescales = [], []
+    for c, t in zip(tests, setup.tests):
+        steps.advance(f"{q} max rate {t}")
+        rescales.append(_to(job, c))
+        # What the cores did meanwhile (from /proc): the datagen thread near one core is a
+        # generator at its limit; the machine at all its cores with the cluster below them is
+        # other load taking cores the model counts as the job's.
+        job.windows(0, skip=1)
+        before, since = cluster.cpu_reading(), time.monotonic()
+        m = _summary_of(job.windows(n, skip=0), job)
+        m["cores"] = cores_used(before, cluster.cpu_reading(), time.monotonic() - since)
+        measured.append(m)
+    # the fit, then the step at its own rate: this job stops first (cancelling again is harmless)
+    job.cancel()
+
     topology = dict(topology, resources={"cores": cores})
     ops, edges = history_frames(calib_windows)
     fitted = Calibrator(calibration_config()).fit(
@@ -518,31 +539,15 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
     visits = {op: a / b for op, (a, b) in inputs.items() if b > 0}
 
     base = base_job_config
-    tests = [{**base, **setup.config(t)} for t in setup.tests]
     predicted = [float(predict(model, c, 1.0).max_rate) for c in tests]
     ds2 = [ds2_linear_max_rate(true_rates, visits, c) for c in tests]
-
-    # 2. max sustainable rate: the same overloaded job rescaled through the test configurations
-    measured, rescales = [], []
-    for c, t, pm, dm in zip(tests, setup.tests, predicted, ds2):
-        steps.advance(f"{q} max rate {t}")
-        rescales.append(_to(job, c))
-        # What the cores did meanwhile (from /proc): the datagen thread near one core is a
-        # generator at its limit; the machine at all its cores with the cluster below them is
-        # other load taking cores the model counts as the job's.
-        job.windows(0, skip=1)
-        before, since = cluster.cpu_reading(), time.monotonic()
-        m = _summary_of(job.windows(n, skip=0), job)
-        m["cores"] = cores_used(before, cluster.cpu_reading(), time.monotonic() - since)
-        measured.append(m)
+    for c, t, pm, dm, m in zip(tests, setup.tests, predicted, ds2, measured):
         mixed = "" if len(job.sources) <= 1 else (
             f" ({predict(with_source_mix(model, m['mix']), c, 1.0).max_rate:.0f}/s at the measured mix "
             f"{_fmt_mix(m['mix'])})")
         ctx.progress(f"{q} max rate {t}: predicted {pm:.0f}/s{mixed}, DS2 linear {dm:.0f}/s, measured "
                      f"{m['rate']:.0f}/s (operators back-pressured {m['bp_mean']:.2f}; cores used: "
                      + ", ".join(f"{k} {v:.2f}" for k, v in m["cores"].items()) + ")")
-    # the step runs at its own rate: this job stops first (cancelling again is harmless)
-    job.cancel()
     rows = []
     for c, pm0, dm, m in zip(tests, predicted, ds2, measured):
         inst = int(sum(c.values()))

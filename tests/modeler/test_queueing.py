@@ -726,14 +726,15 @@ def _cores_model(p, cores, cpu_share=1.0, service_ms=10.0):
                   [{"from": "src", "to": "q"}], **top)
 
 
-def _testbed_max_rate(model, seed=1):
+def _testbed_max_rate(model, seed=1, bed_model=None):
     """(the model's max rate, the testbed's: operator ``q``'s processed rate over 30 s after 10 s,
-    offered 1.5x the prediction)."""
+    offered 1.5x the prediction); the testbed runs ``bed_model`` when given (the same job written
+    out for it), else ``model``."""
     from experiments.testbed.config import TestbedConfig
     from experiments.testbed.sim import Testbed
 
     predicted = predict(model, None, 1.0).max_rate
-    bed = Testbed(model, 1.5 * predicted, TestbedConfig(seed=seed))
+    bed = Testbed(bed_model or model, 1.5 * predicted, TestbedConfig(seed=seed))
     bed.advance(10)
     before = bed.operator_stats()["q"]["processed"]
     bed.advance(30)
@@ -1007,22 +1008,25 @@ def test_files_without_the_overhead_or_with_enough_cores_are_todays_model_exactl
 def test_cpu_overhead_invariants(model, h, load):
     from dataclasses import replace
 
+    _assert_only_takes_capacity(model, compile_model(replace(model, cpu_overhead_per_instance=h)), load)
+
+
+def _assert_only_takes_capacity(model, loaded, load):
+    """``loaded`` (``model`` with more CPU work) only takes capacity away, never beyond the rate
+    whose CPU work fills the cores; every operator at least as busy as without it at the same
+    rate; saturation at its max rate."""
     from modeler.queueing import cpu_work_per_tuple
 
-    grown = compile_model(replace(model, cpu_overhead_per_instance=h))
-    max_rate = predict(grown, None, 1.0).max_rate
-    without = predict(model, None, 1.0).max_rate
-    # the overhead only takes capacity away, and never beyond the rate whose CPU work fills the cores
-    assert max_rate <= without * (1 + 1e-9)
-    work = float(cpu_work_per_tuple(grown, grown.config_array([{}]))[0])
+    max_rate = predict(loaded, None, 1.0).max_rate
+    assert max_rate <= predict(model, None, 1.0).max_rate * (1 + 1e-9)
+    work = float(cpu_work_per_tuple(loaded, loaded.config_array([{}]))[0])
     if work > 0:
         assert max_rate <= model.cores / work * (1 + 1e-9)
-    # every operator at least as busy as without it at the same rate; saturation at max_rate
-    a, b = predict(grown, None, load * max_rate), predict(model, None, load * max_rate)
+    a, b = predict(loaded, None, load * max_rate), predict(model, None, load * max_rate)
     for name in model.operator_names:
         assert a.operators[name].utilization >= b.operators[name].utilization * (1 - 1e-9)
-    assert not predict(grown, None, max_rate * (1 - 1e-6)).saturated
-    assert predict(grown, None, max_rate * 1.001).saturated
+    assert not predict(loaded, None, max_rate * (1 - 1e-6)).saturated
+    assert predict(loaded, None, max_rate * 1.001).saturated
 
 
 @pytest.mark.parametrize("p,cores,cpu_share,h", [(8, 2, 1.0, 0.05), (6, 2, 0.8, 0.1), (4, 1, 0.5, 0.2)])
@@ -1088,18 +1092,7 @@ def test_engine_cpu_counts_in_the_work_and_only_takes_capacity_away():
 def test_engine_cpu_invariants(model, e_ms, load):
     from dataclasses import replace
 
-    from modeler.queueing import cpu_work_per_tuple
-
-    loaded = compile_model(replace(model, engine_cpu_ms_per_tuple=e_ms))
-    max_rate = predict(loaded, None, 1.0).max_rate
-    assert max_rate <= predict(model, None, 1.0).max_rate * (1 + 1e-9)
-    work = float(cpu_work_per_tuple(loaded, loaded.config_array([{}]))[0])
-    assert max_rate <= model.cores / work * (1 + 1e-9)
-    a, b = predict(loaded, None, load * max_rate), predict(model, None, load * max_rate)
-    for name in model.operator_names:
-        assert a.operators[name].utilization >= b.operators[name].utilization * (1 - 1e-9)
-    assert not predict(loaded, None, max_rate * (1 - 1e-6)).saturated
-    assert predict(loaded, None, max_rate * 1.001).saturated
+    _assert_only_takes_capacity(model, compile_model(replace(model, engine_cpu_ms_per_tuple=e_ms)), load)
 
 
 @pytest.mark.parametrize("p,cores,cpu_share,e_ms", [(8, 2, 1.0, 0.5), (4, 2, 0.6, 0.3), (3, 1, 0.8, 0.2)])
@@ -1111,15 +1104,8 @@ def test_engine_cpu_max_rate_matches_the_testbed(p, cores, cpu_share, e_ms):
     from dataclasses import replace
 
     from experiments.testbed.engine import with_engine_threads
-    from experiments.testbed.config import TestbedConfig
-    from experiments.testbed.sim import Testbed
 
     model = _engine_model(p, cores, e_ms, cpu_share, service_ms=1.0)
-    predicted = predict(model, None, 1.0).max_rate
-    bed = Testbed(with_engine_threads(model), 1.5 * predicted, TestbedConfig(seed=1))
-    bed.advance(10)
-    before = bed.operator_stats()["q"]["processed"]
-    bed.advance(30)
-    measured = (bed.operator_stats()["q"]["processed"] - before) / 30
+    predicted, measured = _testbed_max_rate(model, bed_model=with_engine_threads(model))
     assert predicted == pytest.approx(measured, rel=0.06)
     assert measured < 0.95 * predict(replace(model, engine_cpu_ms_per_tuple=0.0), None, 1.0).max_rate
