@@ -812,6 +812,28 @@ def _fit_measured_source_cpu(model: JobModel, ops: pd.DataFrame, source_cpu: pd.
     return {name: fit for name in sources}
 
 
+def _operators_cpu(compiled, P: np.ndarray, ops: pd.DataFrame, windows: list,
+                   with_sources: bool = False) -> np.ndarray:
+    """The operators' CPU work per window, cores: what each processed x its base service at the
+    window's parallelism x CPU share x the per-instance factor (the stretch is wall time waiting
+    for a core, not CPU, so it is not in it); ``with_sources`` adds the generating sources'
+    (their processed tuples x ``cpu_ms_per_tuple``)."""
+    from modeler.queueing import cpu_overhead_factor
+
+    work = compiled.service_at(P) * np.asarray(compiled.cpu_share)[None, :] * cpu_overhead_factor(compiled, P)[:, None]
+    processed = ops.pivot_table(index="window_start", columns="operator", values="processed_rate", aggfunc="sum")
+    out = np.zeros(len(windows))
+    for j, name in enumerate(compiled.names):
+        if name not in processed.columns:
+            continue
+        flow = np.nan_to_num(processed.loc[windows, name].to_numpy(float))
+        if compiled.service_s[j] > 0:
+            out += flow * work[:, j]
+        elif with_sources and compiled.source_cpu_s is not None and compiled.source_cpu_s[j] > 0:
+            out += flow * compiled.source_cpu_s[j]
+    return out
+
+
 def _fit_engine_cpu(model: JobModel, ops: pd.DataFrame, engine_cpu: pd.DataFrame,
                     cfg: CalibrationConfig) -> ParameterFit | None:
     """The engine's CPU per job input tuple outside the operators' busy time and the sources'
@@ -820,23 +842,11 @@ def _fit_engine_cpu(model: JobModel, ops: pd.DataFrame, engine_cpu: pd.DataFrame
     x base service at the window's parallelism x CPU share x the per-instance overhead); sum over
     sum of the input tuples, K-fold holdout. None when fewer than ``min_windows`` windows have
     both, or the remainder is not positive (the operators' CPU as fitted already explains it)."""
-    from modeler.queueing import cpu_overhead_factor
-
     cpu = engine_cpu.groupby("window_start")["cpu_cores"].mean()
     windows, compiled, P, rate = _window_inputs(model, ops, sorted(set(cpu.index)))
     if not windows:
         return None
-    work = compiled.service_at(P) * np.asarray(compiled.cpu_share)[None, :] * cpu_overhead_factor(compiled, P)[:, None]
-    processed = ops.pivot_table(index="window_start", columns="operator", values="processed_rate", aggfunc="sum")
-    counted = np.zeros(len(windows))
-    for j, name in enumerate(compiled.names):
-        if name not in processed.columns:
-            continue
-        flow = np.nan_to_num(processed.loc[windows, name].to_numpy(float))
-        if compiled.service_s[j] > 0:
-            counted += flow * work[:, j]
-        elif compiled.source_cpu_s is not None and compiled.source_cpu_s[j] > 0:
-            counted += flow * compiled.source_cpu_s[j]
+    counted = _operators_cpu(compiled, P, ops, windows, with_sources=True)
     measured = cpu.loc[windows].to_numpy(float)
     ok = np.isfinite(measured) & np.isfinite(rate) & (rate > 0)
     if ok.sum() < cfg.min_windows:
@@ -859,17 +869,7 @@ def _fit_source_cpu(model: JobModel, ops: pd.DataFrame, engine_cpu: pd.DataFrame
     windows, compiled, P, rate = _window_inputs(model, ops, sorted(set(cpu.index)))
     if not windows:
         return {}, None
-    # The operators' CPU work per window: what they processed x base service at the window's
-    # parallelism x CPU share (core-seconds per second). The stretch is wall time waiting for a
-    # core, not CPU, so it is not in it.
-    from modeler.queueing import cpu_overhead_factor
-
-    work = compiled.service_at(P) * np.asarray(compiled.cpu_share)[None, :] * cpu_overhead_factor(compiled, P)[:, None]
-    processed = ops.pivot_table(index="window_start", columns="operator", values="processed_rate", aggfunc="sum")
-    operators_cpu = np.zeros(len(windows))
-    for j, name in enumerate(compiled.names):
-        if compiled.service_s[j] > 0 and name in processed.columns:
-            operators_cpu += np.nan_to_num(processed.loc[windows, name].to_numpy(float)) * work[:, j]
+    operators_cpu = _operators_cpu(compiled, P, ops, windows)
     measured = cpu.loc[windows].to_numpy(float)
     ok = np.isfinite(measured) & np.isfinite(rate) & (rate > 0)
     if ok.sum() < cfg.min_windows:

@@ -948,11 +948,15 @@ def test_source_cpu_cost_invariants(pair, load):
 # ------------------------------------------------------------------ per-instance CPU overhead
 
 
-def _overhead_model(p, cores, h, cpu_share=1.0, service_ms=10.0):
-    top = {"resources": {"cores": cores, "cpu_overhead_per_instance": h}}
+def _cored_job(p, resources, cpu_share, service_ms):
+    """A source feeding ``q`` (``p`` instances) under ``resources``."""
     return _model([{"name": "src", "role": "source"},
                    {"name": "q", "parallelism": p, "service_time_ms": service_ms, "cpu_share": cpu_share}],
-                  [{"from": "src", "to": "q"}], **top)
+                  [{"from": "src", "to": "q"}], resources=resources)
+
+
+def _overhead_model(p, cores, h, cpu_share=1.0, service_ms=10.0):
+    return _cored_job(p, {"cores": cores, "cpu_overhead_per_instance": h}, cpu_share, service_ms)
 
 
 @pytest.mark.parametrize("p,cores,h,cpu_share,expected", [
@@ -1046,10 +1050,7 @@ def test_cpu_overhead_max_rate_matches_the_testbed(p, cores, cpu_share, h):
 
 
 def _engine_model(p, cores, e_ms, cpu_share=1.0, service_ms=1.0):
-    top = {"resources": {"cores": cores, "engine_cpu_ms_per_tuple": e_ms}}
-    return _model([{"name": "src", "role": "source"},
-                   {"name": "q", "parallelism": p, "service_time_ms": service_ms, "cpu_share": cpu_share}],
-                  [{"from": "src", "to": "q"}], **top)
+    return _cored_job(p, {"cores": cores, "engine_cpu_ms_per_tuple": e_ms}, cpu_share, service_ms)
 
 
 @pytest.mark.parametrize("p,cores,e_ms,expected", [
