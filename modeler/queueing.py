@@ -1006,22 +1006,21 @@ def cpu_stretch(cpu_busy: np.ndarray, own: np.ndarray, instances: np.ndarray, co
     the Poisson-binomial's with the same mean: this errs towards more contention).
     E[(M - a)^+] = (E[M] - a) + sum_{j < a} (a - j) P(M = j), a = cores - 1: only the pmf below
     the core count is needed. Exactly 1 where the instances do not outnumber the cores."""
-    n, V = own.shape
-    trials = np.maximum(instances - 1.0, 0.0)[:, None] * np.ones((1, V))
-    mean = np.clip(cpu_busy[:, None] - own, 0.0, trials)
+    # (written for speed: calibration calls this ~10^5 times per fit on small arrays; the
+    # trial count is one per row, [n, 1], broadcast over the operators)
+    trials = np.maximum(instances - 1.0, 0.0)[:, None]
+    mean = np.minimum(np.maximum(cpu_busy[:, None] - own, 0.0), trials)
     a = cores - 1.0
     over = np.maximum(mean - a, 0.0) if a <= 0 else mean - a
     if a > 0:
         with np.errstate(divide="ignore", invalid="ignore"):
-            p = np.where(trials > 0, mean / np.where(trials > 0, trials, 1.0), 0.0)
-            p = np.clip(p, 0.0, 1.0)
+            has = trials > 0
+            p = np.minimum(np.maximum(np.where(has, mean / np.where(has, trials, 1.0), 0.0), 0.0), 1.0)
             log_p, log_q = np.log(p), np.log1p(-p)
-            log_pmf = trials * log_q  # P(M = 0)
-            log_pmf = np.where(trials == 0, 0.0, log_pmf)
+            log_pmf = np.where(has, trials * log_q, 0.0)  # P(M = 0)
             for j in range(int(np.ceil(a))):
                 pmf = np.exp(log_pmf)
-                pmf = np.where(np.isfinite(pmf), pmf, 0.0)
-                over = over + (a - j) * pmf
+                over = over + (a - j) * np.where(np.isfinite(pmf), pmf, 0.0)
                 # P(M = j + 1) = P(M = j) (trials - j) / (j + 1) p / q
                 log_pmf = log_pmf + np.log(np.maximum(trials - j, 0.0)) - np.log(j + 1.0) + log_p - log_q
         over = np.maximum(over, 0.0)
@@ -1117,6 +1116,7 @@ class _SharedCores:
         n, V = self.ES.shape
         self._known_rate = np.zeros(n)
         self._known_stretch = np.ones((n, V))
+        self._flat = None  # (``_cpu_probabilities``'s flattened instance classes, built once)
 
     def at(self, rate: np.ndarray, hot_share: np.ndarray | None = None) -> np.ndarray:
         """Effective mean service [n, V] (seconds) at input rate ``rate`` [n]: the base service
@@ -1166,23 +1166,28 @@ class _SharedCores:
                            ) -> tuple[np.ndarray, np.ndarray]:
         """(expected instances computing [n], one instance's probability of computing per
         operator [n, V]) at input rate ``rate`` with the given stretch and stretched service."""
-        n, V = es.shape
-        work = self.ES * self.cpu
-        busy_sum = np.zeros(n)
-        own = np.zeros((n, V))
-        for v in range(V):
-            if not self.cap[v] or not self.cpu_any[v]:
-                continue
-            cls = self.classes[v]
-            lam = (rate * self.visit[:, v])[:, None] * cls.share  # tuples/s per instance
-            busy = lam * es[:, v:v + 1]
-            # CPU-phase probability: its share of the busy time, busy capped at 1
-            # (a saturated instance computes cpu work / service of the time).
-            frac = np.where(es[:, v:v + 1] > 0, (work[:, v:v + 1] * stretch[:, v:v + 1])
-                            / np.where(es[:, v:v + 1] > 0, es[:, v:v + 1], 1.0), 0.0)
-            cpu_prob = np.minimum(busy, 1.0) * frac
-            busy_sum += (cpu_prob * cls.count).sum(axis=1)
-            own[:, v] = (cpu_prob * cls.count).sum(axis=1) / self.Pf[:, v]
+        if self._flat is None:
+            # Every computing operator's instance classes side by side [n, sum of K] (one
+            # vectorized pass per iteration instead of one per operator: this runs hundreds of
+            # times per solve), with the operator of each column and a column -> operator sum.
+            ops = [v for v in range(es.shape[1]) if self.cap[v] and self.cpu_any[v]]
+            widths = [self.classes[v].width for v in ops]
+            of = np.repeat(np.array(ops, dtype=np.int64), widths)
+            to_op = np.zeros((len(of), es.shape[1]))
+            to_op[np.arange(len(of)), of] = 1.0
+            self._flat = (of, np.concatenate([self.classes[v].share for v in ops], axis=1) if ops else np.zeros((es.shape[0], 0)),
+                          np.concatenate([self.classes[v].count for v in ops], axis=1) if ops else np.zeros((es.shape[0], 0)),
+                          to_op)
+        of, share, count, to_op = self._flat
+        work = (self.ES * self.cpu)[:, of]
+        es_c = es[:, of]
+        lam = rate[:, None] * self.visit[:, of] * share  # tuples/s per instance
+        # CPU-phase probability: its share of the busy time, busy capped at 1
+        # (a saturated instance computes cpu work / service of the time).
+        frac = np.where(es_c > 0, work * stretch[:, of] / np.where(es_c > 0, es_c, 1.0), 0.0)
+        computing = (np.minimum(lam * es_c, 1.0) * frac * count) @ to_op  # [n, V]
+        busy_sum = computing.sum(axis=1)
+        own = computing / np.where(self.Pf > 0, self.Pf, 1.0)
         if self.engine_work > 0:
             # the engine's threads: rate x its work, stretched as the instances' work is on
             # average (weighted by their CPU phases), at most all of them computing
@@ -1219,19 +1224,24 @@ class _SharedCores:
             if settled.all():
                 break
         found = np.where(np.isfinite(plain), rate, plain)
-        # The least fixed point decides: unsaturated below, saturated just above. (0.1 % below:
-        # just below the root the iteration from 1 creeps; a wrong branch is never that close.)
+        # The least fixed point decides: unsaturated below, saturated just above (0.1 % either
+        # side). Below needs no solve: the map rises with the rate, so the settled stretch s* is
+        # a supersolution at any lower rate (F(s*) <= s*), the least fixed point there is at most
+        # s* (Knaster-Tarski), and the hottest utilization at most that rate x 1 / found < 1.
+        # (Iterating there from 1 creeps: it was two thirds of a calibration's time.) Above,
+        # the iteration from 1 must reach utilization 1, which it stops at.
         check = np.isfinite(found)
-        below = np.where(check, found * (1 - 1e-3), 0.0)
         above = np.where(check, found * (1 + 1e-3), 0.0)
-        hot_below = np.where(self.cap, self.visit * hot_share * self.at(below, hot_share), 0.0).max(axis=1) * below
         hot_above = np.where(self.cap, self.visit * hot_share * self.at(above, hot_share), 0.0).max(axis=1) * above
-        good = ~check | (settled & (hot_below < 1.0) & (hot_above >= 1.0))
+        good = ~check | (settled & (hot_above >= 1.0))
         # The stretched service at the max rate (where the bottleneck is read).
         self.max_rate_service = self.ES + work * (stretch - 1.0)
         cpu_work = (self.visit * self.ES * self.cpu).sum(axis=1) + self.engine_work  # core-s per input tuple
         with np.errstate(divide="ignore"):
             full = np.where(cpu_work > 0, cores / cpu_work, np.inf)
+        # The stretch at the max rate, where the direct iteration found it (NaN elsewhere: the
+        # root below, or the rate that fills the cores).
+        self.max_rate_stretch = np.where((good & check & (found <= full))[:, None], stretch, np.nan)
         if good.all():
             # The engine's work joins the stretch only on average (its threads' share of the
             # cores, at most all of them), so where it is a large part of the CPU the stretch can
@@ -1747,7 +1757,16 @@ def core_stretch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.ndar
     visit, classes, _, hot_share = _traffic(compiled, P)
     cores = _SharedCores(compiled, classes, visit, ES, P.astype(float))
     max_rate = cores.max_rate(cores.plain_max_rate(hot_share), hot_share)
-    return cores.stretch_at(np.minimum(R, max_rate * (1 - 1e-9)))
+    # Rows at or above their max rate take the stretch the max rate was found with (calibration
+    # windows of an overloaded job mostly are: solving there from 1 creeps); the rest are solved.
+    at_max = (R >= max_rate * (1 - 1e-9)) & np.isfinite(cores.max_rate_stretch).all(axis=1)
+    out = np.where(at_max[:, None], cores.max_rate_stretch, 1.0)
+    if not at_max.all():
+        rest = ~at_max
+        visit, classes, _, _ = _traffic(compiled, P[rest])
+        below = _SharedCores(compiled, classes, visit, ES[rest], P[rest].astype(float))
+        out[rest] = below.stretch_at(np.minimum(R[rest], max_rate[rest] * (1 - 1e-9)))
+    return out
 
 
 def _predict_block(compiled: CompiledModel, P: np.ndarray, R: np.ndarray) -> BatchPrediction:
