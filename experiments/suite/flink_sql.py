@@ -263,6 +263,17 @@ def error_summary(errors: pd.Series) -> dict[str, float]:
     return {"n": int(len(e)), "median": float(e.median()), "within": float((e <= GOAL_REL_ERROR).mean())}
 
 
+def measurement_order(n_calibration: int, n_tests: int, passes: int) -> list[tuple[str, int]]:
+    """The order one job measures its configurations in: ``("calibration", i)`` and
+    ``("test", k)``. One pass: calibration, then tests. Two (module docstring, "Drift"): then the
+    tests reversed and the calibration reversed, so each configuration's mean time in the job's
+    life is the same for all (a linear drift falls on every one alike)."""
+    if passes not in (1, 2):
+        raise ExperimentError("flink-sql measures in one or two passes", field="passes", value=passes)
+    order = [("calibration", i) for i in range(n_calibration)] + [("test", k) for k in range(n_tests)]
+    return order + order[::-1] if passes == 2 else order
+
+
 def cheapest_carrying(table: pd.DataFrame, query: str, target: float) -> int | None:
     """The fewest instances among the query's measured configurations that carried ``target``
     (measured max rate >= target); None when none did."""
@@ -535,15 +546,11 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
     # Counterbalanced order (module docstring, "Drift"): calibration, tests, then with two passes
     # the tests and the calibration again in reverse, so a drift of the job over its life (the
     # datagen's CPU per tuple moved 25 % within one job in run 2ed8eef7) falls on both alike.
-    for t in setup.calibration:
-        calibrate_at(t)
-    for k in range(len(tests)):
-        test_at(k)
-    if s.get("passes", 1) >= 2:
-        for k in reversed(range(len(tests))):
+    for kind, k in measurement_order(len(setup.calibration), len(tests), s.get("passes", 1)):
+        if kind == "calibration":
+            calibrate_at(setup.calibration[k])
+        else:
             test_at(k)
-        for t in reversed(setup.calibration):
-            calibrate_at(t)
     measured = []
     for ws, cs in zip(test_windows, test_cores):
         m = _summary_of(ws, job)

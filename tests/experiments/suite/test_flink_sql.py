@@ -67,6 +67,21 @@ def test_cheapest_measured_configuration_and_one_step_verdict():
     assert not fs.one_step_verdict(100.0, 0.2, 100.0)  # sustained back pressure
 
 
+def test_two_passes_give_every_configuration_the_same_mean_time_in_the_job():
+    one = fs.measurement_order(2, 3, 1)
+    assert one == [("calibration", 0), ("calibration", 1), ("test", 0), ("test", 1), ("test", 2)]
+    two = fs.measurement_order(2, 3, 2)
+    assert two[:5] == one and two[5:] == one[::-1]
+    # a drift linear in time: each configuration's mean slot is the middle of the sequence
+    slots: dict[tuple[str, int], list[int]] = {}
+    for slot, step in enumerate(two):
+        slots.setdefault(step, []).append(slot)
+    assert {sum(v) / len(v) for v in slots.values()} == {(len(two) - 1) / 2}
+    from experiments.harness import ExperimentError
+    with pytest.raises(ExperimentError):
+        fs.measurement_order(2, 3, 3)
+
+
 def test_source_limited_when_no_operator_held_the_source_back():
     assert fs.source_limited(0.0, 0.4)  # nothing back-pressured, nothing busy: the datagen's limit
     assert not fs.source_limited(0.3, 0.5)  # q8-like: an operator back-pressured the source
