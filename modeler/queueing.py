@@ -1116,7 +1116,16 @@ class _SharedCores:
         n, V = self.ES.shape
         self._known_rate = np.zeros(n)
         self._known_stretch = np.ones((n, V))
-        self._flat = None  # (``_cpu_probabilities``'s flattened instance classes, built once)
+        # Every computing operator's instance classes side by side [n, sum of K], with the
+        # operator of each column and a column -> operator sum: ``_cpu_probabilities`` is then
+        # one vectorized pass per iteration instead of one per operator (it runs hundreds of
+        # times per solve).
+        ops = [v for v in range(V) if self.cap[v] and self.cpu_any[v]]
+        self._class_op = np.repeat(np.array(ops, dtype=np.int64), [self.classes[v].width for v in ops])
+        self._class_share = np.concatenate([self.classes[v].share for v in ops], axis=1) if ops else np.zeros((n, 0))
+        self._class_count = np.concatenate([self.classes[v].count for v in ops], axis=1) if ops else np.zeros((n, 0))
+        self._class_to_op = np.zeros((len(self._class_op), V))
+        self._class_to_op[np.arange(len(self._class_op)), self._class_op] = 1.0
 
     def at(self, rate: np.ndarray, hot_share: np.ndarray | None = None) -> np.ndarray:
         """Effective mean service [n, V] (seconds) at input rate ``rate`` [n]: the base service
@@ -1166,26 +1175,14 @@ class _SharedCores:
                            ) -> tuple[np.ndarray, np.ndarray]:
         """(expected instances computing [n], one instance's probability of computing per
         operator [n, V]) at input rate ``rate`` with the given stretch and stretched service."""
-        if self._flat is None:
-            # Every computing operator's instance classes side by side [n, sum of K] (one
-            # vectorized pass per iteration instead of one per operator: this runs hundreds of
-            # times per solve), with the operator of each column and a column -> operator sum.
-            ops = [v for v in range(es.shape[1]) if self.cap[v] and self.cpu_any[v]]
-            widths = [self.classes[v].width for v in ops]
-            of = np.repeat(np.array(ops, dtype=np.int64), widths)
-            to_op = np.zeros((len(of), es.shape[1]))
-            to_op[np.arange(len(of)), of] = 1.0
-            self._flat = (of, np.concatenate([self.classes[v].share for v in ops], axis=1) if ops else np.zeros((es.shape[0], 0)),
-                          np.concatenate([self.classes[v].count for v in ops], axis=1) if ops else np.zeros((es.shape[0], 0)),
-                          to_op)
-        of, share, count, to_op = self._flat
+        of = self._class_op
         work = (self.ES * self.cpu)[:, of]
         es_c = es[:, of]
-        lam = rate[:, None] * self.visit[:, of] * share  # tuples/s per instance
+        lam = rate[:, None] * self.visit[:, of] * self._class_share  # tuples/s per instance
         # CPU-phase probability: its share of the busy time, busy capped at 1
         # (a saturated instance computes cpu work / service of the time).
         frac = np.where(es_c > 0, work * stretch[:, of] / np.where(es_c > 0, es_c, 1.0), 0.0)
-        computing = (np.minimum(lam * es_c, 1.0) * frac * count) @ to_op  # [n, V]
+        computing = (np.minimum(lam * es_c, 1.0) * frac * self._class_count) @ self._class_to_op  # [n, V]
         busy_sum = computing.sum(axis=1)
         own = computing / np.where(self.Pf > 0, self.Pf, 1.0)
         if self.engine_work > 0:
@@ -1762,9 +1759,9 @@ def core_stretch(compiled: CompiledModel, parallelism: np.ndarray, rate: np.ndar
     at_max = (R >= max_rate * (1 - 1e-9)) & np.isfinite(cores.max_rate_stretch).all(axis=1)
     out = np.where(at_max[:, None], cores.max_rate_stretch, 1.0)
     if not at_max.all():
-        rest = ~at_max
-        visit, classes, _, _ = _traffic(compiled, P[rest])
-        below = _SharedCores(compiled, classes, visit, ES[rest], P[rest].astype(float))
+        rest = ~at_max  # (the traffic pass's rows, not a second pass)
+        below = _SharedCores(compiled, [_Classes(share=c.share[rest], count=c.count[rest]) for c in classes],
+                             visit[rest], ES[rest], P[rest].astype(float))
         out[rest] = below.stretch_at(np.minimum(R[rest], max_rate[rest] * (1 - 1e-9)))
     return out
 

@@ -397,7 +397,8 @@ def run(ctx: ExperimentContext) -> ExperimentResult:
 
 def _body(ctx, cluster, s) -> dict:
     queries = s["queries"]
-    n = sum(s.get("passes", 1) * (len(s["setups"][q].calibration) + len(s["setups"][q].tests)) + 1 for q in queries)
+    n = sum(len(measurement_order(len(s["setups"][q].calibration), len(s["setups"][q].tests), s.get("passes", 1))) + 1
+            for q in queries)
     out = {"cores": os.cpu_count() or 1, "queries": {}, "failed": {}}
     with ctx.steps(n, "flink-sql measurements") as steps:
         for q in queries:
@@ -480,18 +481,18 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
     # 1. calibration
     calib_windows, calib_rows, topology, ds2_rows, engine_cpu, source_cpu = [], [], None, [], [], []
     n_sources = len(job.sources)
-    first_on_job = [True]  # (two warm-up windows right after submission, one after a rescale)
+    first_on_job = True  # (two warm-up windows right after submission, one after a rescale)
 
     def calibrate_at(t) -> None:
+        nonlocal first_on_job, topology
         steps.advance(f"{q} calibration {t} at saturation")
         restart = _to(job, setup.config(t))
         # The TaskManager's CPU over the calibration windows (after the warm-up window, two
         # right after submission: JIT compilation burns CPU in the first seconds): the datagen's
         # CPU, which no busy time shows, is what it has beyond the operators' (module
         # docstring, "Source CPU").
-        job.windows(0, skip=2 if first_on_job[0] else 1)
-        first_on_job[0] = False
-        nonlocal topology
+        job.windows(0, skip=2 if first_on_job else 1)
+        first_on_job = False
         t0, cpu0 = job.source.cpu_sample()
         h0, src0 = time.monotonic(), cluster.source_threads_cpu_s()
         ws = job.windows(setup.calibration_windows or s["calibration_windows"], skip=0)
@@ -512,8 +513,9 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
             for name, o in w.operators.items():
                 ds2_rows.append({"operator": name, "processed_rate": o.processed_rate, "busy_mean": o.busy_mean,
                                  "parallelism": o.parallelism, "input": w.input_rate})
-        calib_rows.append({"query": q, "configuration": _fmt(job.graph.config()), "pass": sum(
-                               r["configuration"] == _fmt(job.graph.config()) for r in calib_rows) + 1,
+        config = _fmt(job.graph.config())
+        calib_rows.append({"query": q, "configuration": config,
+                           "pass": 1 + sum(r["configuration"] == config for r in calib_rows),
                            "rate_per_table": OVERLOAD_RATE,
                            "job_input_rate": round(m["rate"], 1), "measured_input_rate": round(m["rate"], 1), "source_mix": _fmt_mix(m["mix"]),
                            "backpressure_max": round(m["bp_max"], 3), "rescale_s": round(restart, 1),
