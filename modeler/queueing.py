@@ -93,17 +93,20 @@ What is modelled (``docs/design.md`` section 2), and the assumptions:
    wait of the rest that no core limits (a sleep, an external call); the CPU work of the
    instances computing at once is shared egalitarian (processor sharing): N computing on K
    cores each run at min(1, K/N). Mean-field: an instance computing meets M other computing
-   instances and its CPU work is stretched by E[max(1, (1 + M)/K)] (``cpu_stretch``); M is
-   Binomial(instances - 1, mean) with the mean the sum of every other instance's probability of
-   computing, ``min(busy, 1) x`` its CPU part of its (stretched) service. The stretch is the
+   instances and its CPU work is stretched by E[max(1, (1 + M)/K)] (``cpu_stretch``); M is the
+   sum of independent Binomial(instances, p) counts, one per operator (p: one of its instances'
+   probability of computing, ``min(busy, 1) x`` its CPU part of its (stretched) service, the
+   mean over its instances) and one for the engine's threads (a Poisson-binomial; until
+   2026-12-07 one binomial over all instances with their probabilities averaged, which spread a
+   saturated source thread over idle instances and overstated contention). The stretch is the
    least fixed point of that map (iterated from 1), so service ``E[S'] = E[S](1 + cpu_share
    (stretch - 1))`` rises with the rate and with every operator's parallelism; it is the service
    from then on: utilization (engines' busy time includes waiting for a core), throughput
    (``max_rate``: where the hottest instance's stretched utilization reaches 1, at most the rate
    at which the CPU work fills every core, ``cpu_work_per_tuple``) and latency (waits and
    service at S'; its SCV is the base one). Assumptions: the instances compute independently
-   of each other (the binomial errs towards more contention than their Poisson-binomial, but
-   real computing instances are positively correlated: against the testbed the mean latency is
+   of each other (real computing instances are positively correlated: against the testbed the
+   mean latency is
    13-35 % short at 0.8-0.9 load where CPU-bound instances outnumber the cores, within ~10 %
    below 0.6, docs/design.md); nothing else (network threads, garbage collection) uses the
    cores unless calibration folds it into the service; the stretch is a mean, its variance is
@@ -993,37 +996,83 @@ def _utilization_root(plain: np.ndarray, excess: Callable[[np.ndarray], tuple[np
     return np.where(finite, root, plain)
 
 
-def cpu_stretch(cpu_busy: np.ndarray, own: np.ndarray, instances: np.ndarray, cores: float) -> np.ndarray:
+def _binomial_pmf_head(count: np.ndarray, p: np.ndarray, J: int) -> np.ndarray:
+    """P(B = j) for j < ``J`` of B ~ Binomial(``count``, ``p``) (elementwise, any shape; counts
+    whole, >= 0), stacked on a new last axis. Logs are clipped so p = 0 or 1 stay exact (0^0 = 1)."""
+    tiny = 1e-300
+    log_p, log_q = np.log(np.maximum(p, tiny)), np.log(np.maximum(1.0 - p, tiny))
+    log_pmf = count * log_q  # P(B = 0)
+    out = []
+    with np.errstate(divide="ignore"):
+        for j in range(J):
+            out.append(np.exp(log_pmf))
+            # P(B = j + 1) = P(B = j) (count - j) / (j + 1) p / q
+            log_pmf = log_pmf + np.log(np.maximum(count - j, 0.0)) - np.log(j + 1.0) + log_p - log_q
+    return np.stack(out, axis=-1)
+
+
+def _conv_head(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The first J terms of the convolution of two pmf heads [..., J] (the pmf of a sum of two
+    independent counts below J)."""
+    J = a.shape[-1]
+    out = np.zeros(np.broadcast_shapes(a.shape, b.shape))
+    for j in range(J):
+        out[..., j] = (a[..., : j + 1] * b[..., j::-1]).sum(axis=-1)
+    return out
+
+
+def cpu_stretch(own: np.ndarray, counts: np.ndarray, instances: np.ndarray, cores: float,
+                engine_busy: np.ndarray | None = None, engine_threads: float = 0.0) -> np.ndarray:
     """Mean stretch of CPU work under processor sharing over ``cores`` cores, seen by one
-    instance of each operator while it computes: E[max(1, (1 + M) / cores)], M the number of
+    instance of each operator while it computes: E[max(1, (1 + M)/cores)], M the number of
     *other* instances computing at that moment.
 
-    ``cpu_busy`` [n]: the expected number of instances computing (the sum of every instance's
-    probability of being in its CPU phase); ``own`` [n, V]: that probability for one instance of
-    each operator (removed from M: the tagged instance is computing); ``instances`` [n]: all
-    instances. M is taken as Binomial(instances - 1, mean / (instances - 1)), the instances'
-    independent Bernoullis with their probabilities averaged (a binomial's variance is at least
-    the Poisson-binomial's with the same mean: this errs towards more contention).
+    ``own`` [n, V]: one instance's probability of being in its CPU phase, per operator;
+    ``counts`` [n, V]: the operator's instances that compute; ``instances`` [n]: all instances
+    (the stretch is exactly 1 where they do not outnumber the cores); ``engine_busy`` [n]: the
+    expected number of the engine's ``engine_threads`` threads computing. M is the sum of
+    independent counts, one per operator, Binomial(count, own) (the tagged operator's count less
+    its tagged instance), and the engine's Binomial(threads, busy / threads): a Poisson-binomial
+    with each operator's instances at their mean. (Until 2026-12-07 M was one Binomial over all
+    instances with their probabilities averaged: the most spread a mean allows, so a saturated
+    source thread and an operator's idle instances looked like instances half computing each,
+    which overstated contention by ~10 % of q1's max rate on the live 2-core cluster.)
     E[(M - a)^+] = (E[M] - a) + sum_{j < a} (a - j) P(M = j), a = cores - 1: only the pmf below
-    the core count is needed. Exactly 1 where the instances do not outnumber the cores."""
-    # (written for speed: calibration calls this ~10^5 times per fit on small arrays; the
-    # trial count is one per row, [n, 1], broadcast over the operators)
-    trials = np.maximum(instances - 1.0, 0.0)[:, None]
-    mean = np.minimum(np.maximum(cpu_busy[:, None] - own, 0.0), trials)
+    the core count is needed."""
+    n, V = own.shape
+    own = np.clip(own, 0.0, 1.0)
+    counts = np.maximum(counts, 0.0)
+    engine = np.zeros(n) if engine_busy is None else np.asarray(engine_busy, dtype=float)
+    mean = (counts * own).sum(axis=1)[:, None] + engine[:, None] - np.where(counts > 0, own, 0.0)
     a = cores - 1.0
-    over = np.maximum(mean - a, 0.0) if a <= 0 else mean - a
-    if a > 0:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            has = trials > 0
-            p = np.minimum(np.maximum(np.where(has, mean / np.where(has, trials, 1.0), 0.0), 0.0), 1.0)
-            log_p, log_q = np.log(p), np.log1p(-p)
-            log_pmf = np.where(has, trials * log_q, 0.0)  # P(M = 0)
-            for j in range(int(np.ceil(a))):
-                pmf = np.exp(log_pmf)
-                over = over + (a - j) * np.where(np.isfinite(pmf), pmf, 0.0)
-                # P(M = j + 1) = P(M = j) (trials - j) / (j + 1) p / q
-                log_pmf = log_pmf + np.log(np.maximum(trials - j, 0.0)) - np.log(j + 1.0) + log_p - log_q
-        over = np.maximum(over, 0.0)
+    if a <= 0:
+        over = np.maximum(mean - a, 0.0)
+    else:
+        J = int(np.ceil(a))
+        p_engine = np.where(engine_threads > 0, engine / max(engine_threads, 1e-300), 0.0)
+        if J == 1:  # only P(M = 0): a product, summed in logs (the common 2-core case; hot in calibration)
+            log_q = np.log(np.maximum(1.0 - own, 1e-300))
+            log_engine = float(engine_threads) * np.log(np.maximum(1.0 - np.clip(p_engine, 0.0, 1.0), 1e-300))
+            everyone = (counts * log_q).sum(axis=1) + log_engine
+            # without the tagged instance: one factor of its own operator's less
+            pmf = np.exp(everyone[:, None] - np.where(counts > 0, log_q, 0.0))[..., None]
+        else:
+            head_engine = _binomial_pmf_head(np.full(n, float(engine_threads)), np.clip(p_engine, 0.0, 1.0), J)
+            full = _binomial_pmf_head(counts, own, J)  # [n, V, J]
+            tagged = _binomial_pmf_head(np.maximum(counts - 1.0, 0.0), own, J)
+            # prefix and suffix convolutions: every operator's others without a division
+            prefix = [np.broadcast_to(head_engine, (n, J))]
+            for v in range(V - 1):
+                prefix.append(_conv_head(prefix[-1], full[:, v]))
+            suffix = [np.zeros((n, J))] * V
+            acc = np.zeros((n, J))
+            acc[:, 0] = 1.0
+            for v in range(V - 1, -1, -1):
+                suffix[v] = acc
+                acc = _conv_head(acc, full[:, v])
+            pmf = np.stack([_conv_head(_conv_head(prefix[v], suffix[v]), tagged[:, v]) for v in range(V)], axis=1)
+        j = np.arange(pmf.shape[-1])
+        over = np.maximum(mean - a + ((a - j) * pmf).sum(axis=-1), 0.0)
     stretch = 1.0 + over / cores
     return np.where((instances <= cores)[:, None], 1.0, stretch)
 
@@ -1110,6 +1159,7 @@ class _SharedCores:
         self.engine_work = float(c.engine_cpu_s)
         self.engine_threads = float(c.cores) if self.engine_work > 0 else 0.0
         self.instances = (self.Pf * self.cap).sum(axis=1) + self.engine_threads
+        self.counts = self.Pf * (self.cap & self.cpu_any)  # [n, V]: instances with CPU work
         # The stretch at the highest rate solved so far without saturation, per row: a lower
         # bound on the stretch at every higher rate (the map rises with the rate), so the
         # iteration at such a rate may start there (``max_rate`` probes rising rates).
@@ -1143,8 +1193,7 @@ class _SharedCores:
         live = np.ones(n, dtype=bool)
         es = self.ES + work * (stretch - 1.0)
         for _ in range(self.max_iter):
-            busy_sum, own = self._cpu_probabilities(rate, stretch, es)
-            new = cpu_stretch(busy_sum, own, self.instances, cores)
+            new = self._stretch(rate, stretch, es)
             done = (np.abs(new - stretch) <= self.tol * new).all(axis=1) | ~live
             stretch = np.where(live[:, None], new, stretch)
             es = self.ES + work * (stretch - 1.0)
@@ -1183,16 +1232,22 @@ class _SharedCores:
         # (a saturated instance computes cpu work / service of the time).
         frac = np.where(es_c > 0, work * stretch[:, of] / np.where(es_c > 0, es_c, 1.0), 0.0)
         computing = (np.minimum(lam * es_c, 1.0) * frac * self._class_count) @ self._class_to_op  # [n, V]
-        busy_sum = computing.sum(axis=1)
         own = computing / np.where(self.Pf > 0, self.Pf, 1.0)
+        engine = np.zeros(len(rate))
         if self.engine_work > 0:
             # the engine's threads: rate x its work, stretched as the instances' work is on
             # average (weighted by their CPU phases), at most all of them computing
-            weight = own * self.Pf
+            weight = computing
             mean_stretch = np.where(weight.sum(axis=1) > 0, (weight * stretch).sum(axis=1)
                                     / np.where(weight.sum(axis=1) > 0, weight.sum(axis=1), 1.0), 1.0)
-            busy_sum += np.minimum(rate * self.engine_work * mean_stretch, self.engine_threads)
-        return busy_sum, own
+            engine = np.minimum(rate * self.engine_work * mean_stretch, self.engine_threads)
+        return own, engine
+
+    def _stretch(self, rate: np.ndarray, stretch: np.ndarray, es: np.ndarray) -> np.ndarray:
+        """One step of the stretch's map: ``cpu_stretch`` at the CPU-phase probabilities of
+        ``stretch`` at input rate ``rate``."""
+        own, engine = self._cpu_probabilities(rate, stretch, es)
+        return cpu_stretch(own, self.counts, self.instances, float(self.compiled.cores), engine, self.engine_threads)
 
     def max_rate(self, plain: np.ndarray, hot_share: np.ndarray) -> np.ndarray:
         """Where the hottest instance's stretched utilization reaches 1.
@@ -1214,8 +1269,7 @@ class _SharedCores:
             es = self.ES + work * (stretch - 1.0)
             load = np.where(self.cap, self.visit * hot_share * es, 0.0).max(axis=1)
             rate = np.where(load > 0, 1.0 / np.where(load > 0, load, 1.0), np.inf)
-            busy_sum, own = self._cpu_probabilities(np.where(np.isfinite(rate), rate, 0.0), stretch, es)
-            new = cpu_stretch(busy_sum, own, self.instances, cores)
+            new = self._stretch(np.where(np.isfinite(rate), rate, 0.0), stretch, es)
             settled = (np.abs(new - stretch) <= 1e-12 * new).all(axis=1)
             stretch = new
             if settled.all():

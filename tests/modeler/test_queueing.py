@@ -741,22 +741,48 @@ def _testbed_max_rate(model, seed=1, bed_model=None):
     return predicted, (bed.operator_stats()["q"]["processed"] - before) / 30
 
 
-def test_cpu_stretch_is_the_binomial_expectation_and_one_when_cores_suffice():
-    from scipy.stats import binom
+def _stretch_by_enumeration(own, counts, cores, engine_busy=0.0, engine_threads=0):
+    """E[max(1, (1 + M)/cores)] for one tagged instance of each operator, M the other instances
+    computing, every instance an independent Bernoulli: all 2^N outcomes enumerated."""
+    import itertools
 
+    probs = [(v, p) for v, (p, c) in enumerate(zip(own, counts)) for _ in range(int(c))]
+    probs += [(-1, engine_busy / engine_threads)] * int(engine_threads) if engine_threads else []
+    out = []
+    for v in range(len(own)):
+        others = list(probs)
+        others.remove(next(x for x in others if x[0] == v))
+        total = 0.0
+        for outcome in itertools.product((0, 1), repeat=len(others)):
+            weight = np.prod([p if o else 1.0 - p for o, (_, p) in zip(outcome, others)])
+            total += weight * max(1.0, (1 + sum(outcome)) / cores)
+        out.append(total)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("cores", [2.0, 2.5, 4.0])
+def test_cpu_stretch_is_the_poisson_binomial_expectation(cores):
     from modeler.queueing import cpu_stretch
 
-    cores, instances = 2.5, 9
-    own = np.array([[0.3, 0.0]])
-    busy = np.array([4.2])
-    got = cpu_stretch(busy, own, np.array([instances]), cores)
-    for v in range(2):
-        mean = busy[0] - own[0, v]
-        m = np.arange(instances)
-        pmf = binom.pmf(m, instances - 1, mean / (instances - 1))
-        assert got[0, v] == pytest.approx(float((np.maximum(1.0, (1 + m) / cores) * pmf).sum()), rel=1e-12)
+    # a saturated source thread, an operator of idle-ish instances, one half computing, the
+    # engine's threads: the case a single binomial over averaged probabilities got wrong
+    own, counts = np.array([0.97, 0.12, 0.5]), np.array([1.0, 5.0, 2.0])
+    engine, threads = 0.3, 2
+    instances = counts.sum() + threads
+    got = cpu_stretch(own[None], counts[None], np.array([instances]), cores, np.array([engine]), float(threads))
+    want = _stretch_by_enumeration(own, counts, cores, engine, threads)
+    assert got[0] == pytest.approx(want, rel=1e-10)
+    # certainly computing and certainly idle instances are exact too (p = 1, p = 0)
+    own = np.array([1.0, 0.0, 0.4])
+    got = cpu_stretch(own[None], counts[None], np.array([counts.sum()]), cores)
+    assert got[0] == pytest.approx(_stretch_by_enumeration(own, counts, cores), rel=1e-10)
+
+
+def test_cpu_stretch_is_one_when_cores_suffice():
+    from modeler.queueing import cpu_stretch
+
     # instances that do not outnumber the cores are never stretched, whatever the load
-    assert (cpu_stretch(np.array([3.0]), np.array([[1.0, 1.0]]), np.array([3.0]), 3.0) == 1.0).all()
+    assert (cpu_stretch(np.array([[1.0, 1.0]]), np.array([[2.0, 1.0]]), np.array([3.0]), 3.0) == 1.0).all()
 
 
 @pytest.mark.parametrize("p,cores,cpu_share,expected", [

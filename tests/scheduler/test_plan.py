@@ -137,7 +137,9 @@ def _assert_matches(result: Plan, oracle, cfg):
     assert result.feasible, result.reasons
     assert result.optimal
     assert result.instances == oracle[0]
-    assert result.prediction.latency_ms[cfg.latency_stat] == pytest.approx(oracle[1], rel=1e-9)
+    # 1e-8: on shared cores the stretch's fixed point stops at a relative change of 1e-8
+    # (``_SharedCores.tol``), from whichever start the search's order gave it
+    assert result.prediction.latency_ms[cfg.latency_stat] == pytest.approx(oracle[1], rel=1e-8)
     pred = result.prediction
     assert not pred.saturated
     assert max(op.max_utilization for op in pred.operators.values()) <= cfg.utilization_target * (1 + U_EPS)
@@ -779,7 +781,7 @@ def test_plan_reports_the_source_limited_max_rate_and_counts_its_cpu():
     # 7 instances the utilization needs share the cores, which stretches the source past 1/330 s
     six = _cored_with_source_cpu(6, 3.0)
     beyond = plan(six, 330.0)
-    assert not beyond.feasible and "source src generates at most 324.9" in beyond.reasons[0], beyond.reasons
+    assert not beyond.feasible and "source src generates at most 326.1" in beyond.reasons[0], beyond.reasons
     _assert_matches(beyond, exhaustive_product(six, 330.0, PlanConfig()), PlanConfig())
     # the CPU check counts the source: 300/s x (3 + 10 + 0.5 x 4) ms = 4.5 cores > 4
     assert "needs 4.5 cores; the job has 4 (resources.cores)" in plan(model, 300.0).reasons[0]
