@@ -171,9 +171,15 @@ class QuerySetup:
     at the same rate. The planner is given the same mix (``with_source_mix``): the workload's
     composition, which a user of a two-input job knows from its sources."""
     calibration_windows: int | None = None
-    """Windows read per calibration job; None = the run's setting. q8 needs more: its WindowJoin
-    works only when its 10 s windows fire, so most 4 s windows see it idle, and calibration needs
-    ``CalibrationConfig.min_windows`` (3) windows with busy time (the first full run: 2 of 6)."""
+    """Windows read per calibration job; None = the run's setting."""
+    window_s: float | None = None
+    """Metric window length for this query (s); None = the run's setting. A query whose windows
+    fire on a period (q8's TUMBLE(10 s): the join works only when they fire, back-pressuring the
+    inputs for a moment) is measured over whole periods: with 4 s windows each window held a
+    firing or none, and q8's windows at one configuration spread 10-18 % (sd; run e9f87e65) where
+    q5's (HOP slide 2 s, which 4 s windows hold whole) spread 2-3 %. Until 2026-12-07 q8 read
+    five 4 s windows per calibration job instead, so that ``CalibrationConfig.min_windows`` (3)
+    of them saw the join busy."""
 
     def config(self, t: tuple[int, ...]) -> dict[str, int]:
         if len(t) != len(self.groups):
@@ -193,7 +199,7 @@ SETUPS = {
                             ("WindowJoin",)),
                      calibration=((1, 1, 1), (2, 2, 2), (3, 3, 3)),
                      tests=((1, 2, 1), (2, 1, 1), (2, 2, 1), (3, 3, 2), (4, 4, 4)), start=(1, 1, 1),
-                     target_share=0.8, calibration_windows=5,
+                     target_share=0.8, window_s=10.0,
                      # Nexmark's generator: one person per three auctions (and near the mix the
                      # overloaded job ran at: 25-35 % persons in run d5da79ce)
                      step_mix=(("person", 0.25), ("auction", 0.75))),
@@ -459,7 +465,7 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
     # One job per query for calibration and the max-rate tests, rescaled between them as augury
     # rescales the job it calibrated on (module docstring, "One job"); at saturation: the datagen
     # asks far more than any configuration carries ("Calibration at saturation").
-    job = _Job(cluster, _spec(setup, OVERLOAD_RATE), s["window_s"])
+    job = _Job(cluster, _spec(setup, OVERLOAD_RATE), setup.window_s or s["window_s"])
     try:
         return _measure_on(ctx, job, s, setup, cores, steps, base_job_config=job.graph.config())
     finally:
@@ -477,7 +483,7 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
     from scheduler.plan import PlanConfig, plan
 
     cluster = job.cluster
-    q, w_s, n = setup.query, s["window_s"], s["windows"]
+    q, w_s, n = setup.query, setup.window_s or s["window_s"], s["windows"]
     # 1. calibration
     calib_windows, calib_rows, topology, ds2_rows, engine_cpu, source_cpu = [], [], None, [], [], []
     n_sources = len(job.sources)
@@ -733,6 +739,7 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         "cores": float(cores), "experiment_seconds": seconds})
     params = {"queries": ",".join(out["queries"]), "failed_queries": ",".join(out.get("failed", {})), "window_s": s["window_s"], "windows": s["windows"],
               "calibration_windows": s["calibration_windows"], "cores": cores, "slots": SLOTS,
+              "query_window_s": "; ".join(f"{q}: {s['setups'][q].window_s or s['window_s']:g}" for q in out["queries"]),
               "overload_rate_per_table": OVERLOAD_RATE, "utilization_target": UTILIZATION_TARGET,
               "calibration_configs": "; ".join(f"{q}: " + " ".join(f"{t}" for t in s["setups"][q].calibration) + " at saturation"
                                                for q in out["queries"]),
@@ -743,6 +750,8 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
     per_q = "; ".join(f"{r['query']}: median |error| {r['median_abs_error_all']:.1%}, {r['within_15pct_all']:.0%} "
                       f"within 15 % (n={r['n_all']}), DS2 linear {r['ds2_median_abs_error_all']:.1%}, one step "
                       f"{r['one_step']}" for r in summary_rows)
+    own = [f"{q} {s['setups'][q].window_s:g} s" for q in out["queries"] if s["setups"][q].window_s]
+    own_windows = f" ({', '.join(own)}: whole window periods)" if own else ""
     summary = (
         f"Flink SQL queries {', '.join(out['queries'])} on one TaskManager sharing {cores} cores; each calibrated "
         f"from <= 3 live configurations, max sustainable rate predicted at {len(table)} unseen configurations "
@@ -753,7 +762,7 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         f"{'met' if goal else 'missed'}. One step: {int(one['meets_target'].sum())}/{len(one)} queries met the "
         f"target without sustained back pressure. Per query: {per_q}. {int(table['source_limited'].sum())} of "
         f"{len(table)} measurements were source-limited (the datagen could not generate more; its CPU per tuple is "
-        f"measured from its own threads, at the calibration configurations' saturation). One run on a live 2-core machine, {s['windows']} windows of {s['window_s']:g} s "
+        f"measured from its own threads, at the calibration configurations' saturation). One run on a live 2-core machine, {s['windows']} windows of {s['window_s']:g} s{own_windows} "
         f"per configuration: numbers move with other load."
         + ("".join(f" {q} FAILED ({e})." for q, e in out.get("failed", {}).items())))
     return ExperimentResult(params=params, metrics=metrics,
