@@ -124,7 +124,7 @@ the minimum (a model is as trustworthy as its weakest parameter).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import networkx as nx
 import numpy as np
@@ -597,11 +597,7 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
         cpu_measured = np.array([cpu.loc[windows[i]] for i in cpu_rows], dtype=float)
         keep = np.isfinite(cpu_measured) & (cpu_measured > 0) & (R[cpu_rows] > 0)
         cpu_rows, cpu_measured = cpu_rows[keep], cpu_measured[keep]
-        processed = ops.pivot_table(index="window_start", columns="operator", values="processed_rate", aggfunc="sum")
-        flows = np.zeros((len(cpu_rows), len(compiled.names)))
-        for j, name in enumerate(compiled.names):
-            if name in processed.columns:
-                flows[:, j] = np.nan_to_num(processed.reindex([windows[i] for i in cpu_rows])[name].to_numpy(float))
+        flows = _processed_flows(ops, [windows[i] for i in cpu_rows], compiled.names)
         joint = len(cpu_rows) >= cfg.min_windows
     source_names = tuple(sources)
 
@@ -625,9 +621,7 @@ def _fit_cpu_shares(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfig,
         return core_stretch(c, P, R) * cpu_overhead_factor(c, P)[:, None]
 
     def engine_cpu_of(theta: np.ndarray) -> np.ndarray:
-        c = compile_model(with_params(theta))
-        work = c.service_at(P[cpu_rows]) * np.asarray(c.cpu_share)[None, :] \
-            * cpu_overhead_factor(c, P[cpu_rows])[:, None]
+        work = _cpu_work_per_tuple(compile_model(with_params(theta)), P[cpu_rows])
         return theta[2 * n_ops + 1] + (theta[2 * n_ops] + model.engine_cpu_ms_per_tuple) / 1000.0 * R[cpu_rows] \
             + (flows * work).sum(axis=1)
 
@@ -834,20 +828,34 @@ def _operators_cpu(compiled, P: np.ndarray, ops: pd.DataFrame, windows: list,
     window's parallelism x CPU share x the per-instance factor (the stretch is wall time waiting
     for a core, not CPU, so it is not in it); ``with_sources`` adds the generating sources'
     (their processed tuples x ``cpu_ms_per_tuple``)."""
+    work = _cpu_work_per_tuple(compiled, P)
+    flows = _processed_flows(ops, windows, compiled.names)
+    out = np.zeros(len(windows))
+    for j in range(len(compiled.names)):
+        if compiled.service_s[j] > 0:
+            out += flows[:, j] * work[:, j]
+        elif with_sources and compiled.source_cpu_s is not None and compiled.source_cpu_s[j] > 0:
+            out += flows[:, j] * compiled.source_cpu_s[j]
+    return out
+
+
+def _cpu_work_per_tuple(compiled, P: np.ndarray) -> np.ndarray:
+    """Each operator's CPU work per tuple at parallelism ``P`` [windows, V], core-seconds: base
+    service x CPU share x the per-instance factor (no stretch: waiting for a core is no CPU)."""
     from modeler.queueing import cpu_overhead_factor
 
-    work = compiled.service_at(P) * np.asarray(compiled.cpu_share)[None, :] * cpu_overhead_factor(compiled, P)[:, None]
+    return compiled.service_at(P) * np.asarray(compiled.cpu_share)[None, :] * cpu_overhead_factor(compiled, P)[:, None]
+
+
+def _processed_flows(ops: pd.DataFrame, windows: list, names: Sequence[str]) -> np.ndarray:
+    """Tuples/s each operator processed in each of ``windows`` [windows, V] (summed over its
+    instances; 0 where it has no row)."""
     processed = ops.pivot_table(index="window_start", columns="operator", values="processed_rate", aggfunc="sum")
-    out = np.zeros(len(windows))
-    for j, name in enumerate(compiled.names):
-        if name not in processed.columns:
-            continue
-        flow = np.nan_to_num(processed.loc[windows, name].to_numpy(float))
-        if compiled.service_s[j] > 0:
-            out += flow * work[:, j]
-        elif with_sources and compiled.source_cpu_s is not None and compiled.source_cpu_s[j] > 0:
-            out += flow * compiled.source_cpu_s[j]
-    return out
+    flows = np.zeros((len(windows), len(names)))
+    for j, name in enumerate(names):
+        if name in processed.columns:
+            flows[:, j] = np.nan_to_num(processed.reindex(windows)[name].to_numpy(float))
+    return flows
 
 
 def _fit_engine_cpu(model: JobModel, ops: pd.DataFrame, engine_cpu: pd.DataFrame,
