@@ -70,19 +70,22 @@ one TaskManager, 8 slots, on this machine's cores) and, per query (``experiments
    busy >= 90 %, the job did not hold the source back: the datagen itself could not generate more
    (it shares the cores), that row's measurement is the source's limit, flagged
    ``source_limited`` (the datagen's own back pressure is not measured: it has no clock).
-4. **One step**: a job from a one-instance start configuration at a target rate of
+4. **One step**: a job from a start configuration (below) at a target rate of
    ``target_share`` (0.8) of the best measured max rate; ``scheduler.plan.plan(model, target,
    utilization_target 0.85)`` applied by live rescale; success = job input >= 95 % of the target
    and no operator back-pressured more than 10 % of a window on average over the windows after
    the step (no sustained back pressure). Its instance count is compared with the cheapest
    measured configuration that carried the target (from step 3). **What it can show on 2
    cores**: every query's max rate is flat or falls with more instances (source-limited q1, q2
-   and mostly q5; q8 within about +-20 %), so the start carried the target
+   and mostly q5; q8 within about +-20 %), so a one-instance start carried the target
    (``start_carried_target``) in every recorded run for q1, q2 and q5, and in 7 of 11 for q8:
    the step mostly tests that the plan meets the target without over-provisioning, not that a
-   step up to a larger configuration is found; where the plan is the start, nothing is
-   rescaled (``rescale_s`` 0). (Until 2026-12-07 this said the target was above the start's
-   capacity; for most queries it never was.)
+   step up to a larger configuration is found. Until 2026-12-07 the start was one instance per
+   vertex and this said the target was above its capacity; for most queries it never was, and
+   in run 5cc2fe8f the plan was the start for every query, so nothing was rescaled. Since then
+   the start is the largest test configuration (the most instances, which on shared cores
+   carries no more): the plan is a live rescale to a leaner configuration, an over-provisioned
+   job right-sized in one step.
 
 Rates in tuples/s (rows/s), times in ms (windows and rescales in s). A live cluster is not
 deterministic: the seed changes nothing; other load on the 2 cores (the JobManager, the
@@ -170,7 +173,9 @@ class QuerySetup:
     tests: tuple[tuple[int, ...], ...]
     """Unseen configurations whose max rate is predicted and measured."""
     start: tuple[int, ...]
-    """One step's start configuration."""
+    """One step's start configuration: the largest test configuration (since 2026-12-07; it was
+    one instance per vertex, which on 2 cores was also the plan for every query in run 5cc2fe8f,
+    so nothing was rescaled: module docstring, "One step")."""
     target_share: float
     """One step's target = this share of the largest measured max rate (job input, tuples/s)."""
     step_mix: tuple[tuple[str, float], ...] = ()
@@ -196,16 +201,16 @@ class QuerySetup:
 
 SETUPS = {
     "q1": QuerySetup("q1", (("Calc",),), calibration=((2,), (4,)),
-                     tests=((1,), (3,), (5,), (6,), (8,)), start=(1,), target_share=0.8),
+                     tests=((1,), (3,), (5,), (6,), (8,)), start=(8,), target_share=0.8),
     "q2": QuerySetup("q2", (("Calc",),), calibration=((2,), (4,)),
-                     tests=((1,), (3,), (5,), (6,), (8,)), start=(1,), target_share=0.8),
+                     tests=((1,), (3,), (5,), (6,), (8,)), start=(8,), target_share=0.8),
     "q5": QuerySetup("q5", (("Calc",), ("GlobalWindowAggregate",)),
                      calibration=((1, 1), (2, 2), (3, 3)),
-                     tests=((1, 2), (2, 1), (4, 2), (2, 4), (4, 4)), start=(1, 1), target_share=0.8),
+                     tests=((1, 2), (2, 1), (4, 2), (2, 4), (4, 4)), start=(4, 4), target_share=0.8),
     "q8": QuerySetup("q8", (("Calc", "Calc-2"), ("GlobalWindowAggregate", "GlobalWindowAggregate-2"),
                             ("WindowJoin",)),
                      calibration=((1, 1, 1), (2, 2, 2), (3, 3, 3)),
-                     tests=((1, 2, 1), (2, 1, 1), (2, 2, 1), (3, 3, 2), (4, 4, 4)), start=(1, 1, 1),
+                     tests=((1, 2, 1), (2, 1, 1), (2, 2, 1), (3, 3, 2), (4, 4, 4)), start=(4, 4, 4),
                      target_share=0.8, window_s=10.0,
                      # Nexmark's generator: one person per three auctions (and near the mix the
                      # overloaded job ran at: 25-35 % persons in run d5da79ce)
