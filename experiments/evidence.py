@@ -119,14 +119,19 @@ STATEMENTS: dict[str, dict[str, str]] = {
                  "job, `resources: {cores: 2}`, the datagen's CPU per tuple from its own threads and the "
                  "operators' CPU share from the TaskManager's CPU; DS2's linear extrapolation gets the same "
                  "calibration windows (true processing rate per instance x parallelism).",
-        "sample": "5 unseen configurations per query (fewer in quick mode), 3 windows of 4 s each, one run: no "
-                  "intervals; the per-query medians rest on 5 numbers.",
+        "sample": "5 unseen configurations per query (fewer in quick mode), 3 windows each (4 s; q8 10 s, one "
+                  "TUMBLE period) in each of two passes in counterbalanced order, one run: no intervals; the "
+                  "per-query medians rest on 5 numbers, and a query's job runs up to ~10 % faster or slower "
+                  "from one run to the next (docs/flink.md), so the per-query verdict can flip between runs.",
         "could bias it": "one 2-core machine where the JobManager, the TaskManager's own threads, this Python "
                          "process and the datagen source (whose CPU use Flink reports as no busy time: the model "
                          "counts it from its threads' /proc CPU) share the cores the model divides among them; a source that could "
                          "not generate more is flagged `source_limited` (then the measurement is the generator's "
-                         "limit, not the job's); window operators (q5, q8) work in bursts when windows fire, which "
-                         "4 s windows catch unevenly; other load on the machine shows up in the numbers.",
+                         "limit, not the job's); window operators (q5, q8) work in bursts when windows fire (q5's "
+                         "2 s slide fits the 4 s windows whole, q8 is read over whole 10 s periods); the datagen "
+                         "emits each second's rows in one burst, which back-pressures q8 at any rate near its "
+                         "max (the one step's back pressure verdict); other load on the machine shows up in the "
+                         "numbers.",
     },
 }
 """Experiment name -> aspect (``ASPECTS``) -> statement."""

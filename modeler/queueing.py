@@ -97,7 +97,7 @@ What is modelled (``docs/design.md`` section 2), and the assumptions:
    sum of independent Binomial(instances, p) counts, one per operator (p: one of its instances'
    probability of computing, ``min(busy, 1) x`` its CPU part of its (stretched) service, the
    mean over its instances) and one for the engine's threads (a Poisson-binomial; until
-   2026-12-07 one binomial over all instances with their probabilities averaged, which spread a
+   2026-12-06 one binomial over all instances with their probabilities averaged, which spread a
    saturated source thread over idle instances and overstated contention). The stretch is the
    least fixed point of that map (iterated from 1), so service ``E[S'] = E[S](1 + cpu_share
    (stretch - 1))`` rises with the rate and with every operator's parallelism; it is the service
@@ -1033,7 +1033,7 @@ def cpu_stretch(own: np.ndarray, counts: np.ndarray, instances: np.ndarray, core
     expected number of the engine's ``engine_threads`` threads computing. M is the sum of
     independent counts, one per operator, Binomial(count, own) (the tagged operator's count less
     its tagged instance), and the engine's Binomial(threads, busy / threads): a Poisson-binomial
-    with each operator's instances at their mean. (Until 2026-12-07 M was one Binomial over all
+    with each operator's instances at their mean. (Until 2026-12-06 M was one Binomial over all
     instances with their probabilities averaged: the most spread a mean allows, so a saturated
     source thread and an operator's idle instances looked like instances half computing each,
     which overstated contention by ~10 % of q1's max rate on the live 2-core cluster.)

@@ -80,7 +80,7 @@ one TaskManager, 8 slots, on this machine's cores) and, per query (``experiments
    and mostly q5; q8 within about +-20 %), so a one-instance start carried the target
    (``start_carried_target``) in every recorded run for q1, q2 and q5, and in 7 of 11 for q8:
    the step mostly tests that the plan meets the target without over-provisioning, not that a
-   step up to a larger configuration is found. Until 2026-12-07 the start was one instance per
+   step up to a larger configuration is found. Until 2026-12-06 the start was one instance per
    vertex and this said the target was above its capacity; for most queries it never was, and
    in run 5cc2fe8f the plan was the start for every query, so nothing was rescaled. Since then
    the start is the largest test configuration (the most instances, which on shared cores
@@ -173,7 +173,7 @@ class QuerySetup:
     tests: tuple[tuple[int, ...], ...]
     """Unseen configurations whose max rate is predicted and measured."""
     start: tuple[int, ...]
-    """One step's start configuration: the largest test configuration (since 2026-12-07; it was
+    """One step's start configuration: the largest test configuration (since 2026-12-06; it was
     one instance per vertex, which on 2 cores was also the plan for every query in run 5cc2fe8f,
     so nothing was rescaled: module docstring, "One step")."""
     target_share: float
@@ -189,7 +189,7 @@ class QuerySetup:
     fire on a period (q8's TUMBLE(10 s): the join works only when they fire, back-pressuring the
     inputs for a moment) is measured over whole periods: with 4 s windows each window held a
     firing or none, and q8's windows at one configuration spread 10-18 % (sd; run e9f87e65) where
-    q5's (HOP slide 2 s, which 4 s windows hold whole) spread 2-3 %. Until 2026-12-07 q8 read
+    q5's (HOP slide 2 s, which 4 s windows hold whole) spread 2-3 %. Until 2026-12-06 q8 read
     five 4 s windows per calibration job instead, so that ``CalibrationConfig.min_windows`` (3)
     of them saw the join busy."""
 

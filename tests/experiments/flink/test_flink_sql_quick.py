@@ -26,7 +26,7 @@ speed target. Issue 23's "under 3 minutes" is measured and reported (timed asser
 belong in tests; a 2-core box varies ~20 % run to run): 147 s and 166 s with the start-up (13 s,
 15 s), 158 s and 176 s for the file with the teardown; the first version (4 s windows, three
 configurations) took longer than 180 s in its one step. Since the step starts from the largest
-test configuration, (4, 4), and rescales to the plan (2026-12-07): 152 s, 170 s for the file
+test configuration, (4, 4), and rescales to the plan (2026-12-06): 152 s, 170 s for the file
 alone (cluster start-up 7 s, teardown 11 s)."""
 
 

@@ -204,7 +204,7 @@ def test_source_limited_max_rate_matches_the_model(p):
     """A datagen-like source (2 us of CPU per tuple, one thread) feeding Calc (1.5 us) on 2 cores,
     overloaded: the rate the testbed carries against the model's max rate. Measured (seed 1):
     p=1 499.4k vs model 500.0k, p=2 459.0k vs 460.0k, p=4 ~450k vs 443.7k, p=8 449.5k vs 435.9k
-    (-3 %; with one binomial over the averaged probabilities, before 2026-12-07: 457.5k, 439.7k,
+    (-3 %; with one binomial over the averaged probabilities, before 2026-12-06: 457.5k, 439.7k,
     431.3k, -4 %)."""
     from modeler.queueing import predict
 
