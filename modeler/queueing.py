@@ -1049,22 +1049,22 @@ def cpu_stretch(own: np.ndarray, counts: np.ndarray, instances: np.ndarray, core
         over = np.maximum(mean - a, 0.0)
     else:
         J = int(np.ceil(a))
-        p_engine = np.where(engine_threads > 0, engine / max(engine_threads, 1e-300), 0.0)
+        p_engine = np.clip(engine / engine_threads, 0.0, 1.0) if engine_threads > 0 else np.zeros(n)
         if J == 1:  # only P(M = 0): a product, summed in logs (the common 2-core case; hot in calibration)
             log_q = np.log(np.maximum(1.0 - own, 1e-300))
-            log_engine = float(engine_threads) * np.log(np.maximum(1.0 - np.clip(p_engine, 0.0, 1.0), 1e-300))
+            log_engine = float(engine_threads) * np.log(np.maximum(1.0 - p_engine, 1e-300))
             everyone = (counts * log_q).sum(axis=1) + log_engine
             # without the tagged instance: one factor of its own operator's less
             pmf = np.exp(everyone[:, None] - np.where(counts > 0, log_q, 0.0))[..., None]
         else:
-            head_engine = _binomial_pmf_head(np.full(n, float(engine_threads)), np.clip(p_engine, 0.0, 1.0), J)
+            head_engine = _binomial_pmf_head(np.full(n, float(engine_threads)), p_engine, J)
             full = _binomial_pmf_head(counts, own, J)  # [n, V, J]
             tagged = _binomial_pmf_head(np.maximum(counts - 1.0, 0.0), own, J)
             # prefix and suffix convolutions: every operator's others without a division
             prefix = [np.broadcast_to(head_engine, (n, J))]
             for v in range(V - 1):
                 prefix.append(_conv_head(prefix[-1], full[:, v]))
-            suffix = [np.zeros((n, J))] * V
+            suffix = [None] * V
             acc = np.zeros((n, J))
             acc[:, 0] = 1.0
             for v in range(V - 1, -1, -1):
@@ -1186,7 +1186,6 @@ class _SharedCores:
         instance at utilization 1: it is saturated at this rate whatever the fixed point (all
         ``max_rate`` needs; near saturation the iteration converges slowly)."""
         n, V = self.ES.shape
-        cores = float(self.compiled.cores)
         work = self.ES * self.cpu  # CPU work per tuple, core-seconds
         warm = rate >= self._known_rate
         stretch = np.where(warm[:, None], self._known_stretch, 1.0)
@@ -1222,8 +1221,9 @@ class _SharedCores:
 
     def _cpu_probabilities(self, rate: np.ndarray, stretch: np.ndarray, es: np.ndarray
                            ) -> tuple[np.ndarray, np.ndarray]:
-        """(expected instances computing [n], one instance's probability of computing per
-        operator [n, V]) at input rate ``rate`` with the given stretch and stretched service."""
+        """(one instance's probability of computing per operator [n, V], the expected number of
+        the engine's threads computing [n]) at input rate ``rate`` with the given stretch and
+        stretched service: ``cpu_stretch``'s ``own`` and ``engine_busy``."""
         of = self._class_op
         work = (self.ES * self.cpu)[:, of]
         es_c = es[:, of]

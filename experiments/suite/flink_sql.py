@@ -193,6 +193,10 @@ class QuerySetup:
     five 4 s windows per calibration job instead, so that ``CalibrationConfig.min_windows`` (3)
     of them saw the join busy."""
 
+    def window_in(self, settings: dict) -> float:
+        """This query's metric window (s): its own ``window_s``, else the run's."""
+        return self.window_s or settings["window_s"]
+
     def config(self, t: tuple[int, ...]) -> dict[str, int]:
         if len(t) != len(self.groups):
             raise ExperimentError("a configuration needs one parallelism per group", field="config", value=t)
@@ -477,7 +481,7 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
     # One job per query for calibration and the max-rate tests, rescaled between them as augury
     # rescales the job it calibrated on (module docstring, "One job"); at saturation: the datagen
     # asks far more than any configuration carries ("Calibration at saturation").
-    job = _Job(cluster, _spec(setup, OVERLOAD_RATE), setup.window_s or s["window_s"])
+    job = _Job(cluster, _spec(setup, OVERLOAD_RATE), setup.window_in(s))
     try:
         return _measure_on(ctx, job, s, setup, cores, steps, base_job_config=job.graph.config())
     finally:
@@ -495,7 +499,7 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
     from scheduler.plan import PlanConfig, plan
 
     cluster = job.cluster
-    q, w_s, n = setup.query, setup.window_s or s["window_s"], s["windows"]
+    q, w_s, n = setup.query, setup.window_in(s), s["windows"]
     # 1. calibration
     calib_windows, calib_rows, topology, ds2_rows, engine_cpu, source_cpu = [], [], None, [], [], []
     n_sources = len(job.sources)
@@ -751,7 +755,7 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         "cores": float(cores), "experiment_seconds": seconds})
     params = {"queries": ",".join(out["queries"]), "failed_queries": ",".join(out.get("failed", {})), "window_s": s["window_s"], "windows": s["windows"],
               "calibration_windows": s["calibration_windows"], "cores": cores, "slots": SLOTS,
-              "query_window_s": "; ".join(f"{q}: {s['setups'][q].window_s or s['window_s']:g}" for q in out["queries"]),
+              "query_window_s": "; ".join(f"{q}: {s['setups'][q].window_in(s):g}" for q in out["queries"]),
               "overload_rate_per_table": OVERLOAD_RATE, "utilization_target": UTILIZATION_TARGET,
               "calibration_configs": "; ".join(f"{q}: " + " ".join(f"{t}" for t in s["setups"][q].calibration) + " at saturation"
                                                for q in out["queries"]),
