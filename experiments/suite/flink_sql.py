@@ -94,7 +94,19 @@ TaskManager's own threads, the datagen source, this Python process) shows up in 
 operator's CPU work per tuple grows by that fraction per computing instance beyond the cores;
 ``modeler.queueing``, "Shared cores") from the TaskManager's CPU per tuple at the calibration
 configurations' different instance counts; logged per query in the ``fits`` table and as the
-metric ``<query>.cpu_overhead_per_instance``. **Calibration windows as tables**: every window the
+metric ``<query>.cpu_overhead_per_instance``. **Capacity scale** (2026-12-06): every calibration window is at its configuration's max rate
+(the datagen asks ``OVERLOAD_RATE``), so the fit is told so (``Calibrator.fit(at_max_rate=True)``)
+and levels the model to those measured rates: one factor per query, the geometric mean over the
+calibration configurations of measured / predicted max rate, divides every per-tuple time
+(``modeler.calibrate``, "Capacity scale"; logged in ``fits`` and as ``<query>.capacity_scale``).
+Every test prediction scales by it exactly, so the model before it is reported beside
+(``predicted_unscaled``, ``unscaled_error``, ``max_rate_abs_error_median_unscaled``). Why: the
+model missed its own calibration configurations by a level that differed per query and run
+(refits of runs 0e5c3ed4, 5cc2fe8f, e9f87e65, a3ccc290: q1 2-13 % under at Calc 2 and 4, q5 up
+to 33 % over at one instance each), and the tests carried the same offset; refitted with the
+scale, those four runs' median |error| went 7.1 -> 3.2, 5.7 -> 4.0, 8.0 -> 2.7 and 7.0 -> 3.9 %,
+every query within the goal in all four (before: two). The test configurations stay unseen: the
+scale uses the calibration windows only. **Calibration windows as tables**: every window the
 calibration read (``calibration_windows``: the operator frame; ``calibration_edge_windows``;
 ``calibration_cpu``: the TaskManager's and the source threads' CPU per window) and each query's
 topology (``topologies``, JSON) are logged, so a later model change can be refitted offline from a
@@ -587,8 +599,9 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
     ops, edges = history_frames(calib_windows)
     fitted = Calibrator(calibration_config()).fit(
         ops, edges, topology=parse_model(topology, require_profiles=False), engine_cpu=pd.DataFrame(engine_cpu),
-        source_cpu=pd.DataFrame(source_cpu))
+        source_cpu=pd.DataFrame(source_cpu), at_max_rate=True)
     model = fitted.model_
+    scale = float(fitted.capacity_scale_.value)
     fits = {op: {"service_ms": float(f.service_time_ms.value),
                  "cpu_share": float(f.cpu_share.value) if f.cpu_share is not None else float("nan"),
                  "cpu_share_source": f.cpu_share.source if f.cpu_share is not None else "",
@@ -604,7 +617,8 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
         + f", engine CPU outside the operators {model.engine_cpu_ms_per_tuple * 1000:.2f} us per tuple"
         + f", CPU overhead per instance beyond the cores {overhead:.4f}"
         + (f" (fitted, holdout {fitted.cpu_overhead_.holdout_error:.1%})" if fitted.cpu_overhead_ is not None
-           else " (not fitted)"))
+           else " (not fitted)")
+        + f", capacity scale {scale:.3f} (holdout {fitted.capacity_scale_.holdout_error:.1%})")
     true_rates = pooled_true_rates(ds2_rows)
     inputs = {}
     for r in ds2_rows:
@@ -636,6 +650,9 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
         rows.append({"query": q, "configuration": _fmt(c), "instances": inst,
                      "above_cores": inst > cores, "predicted_max_rate": round(pm, 1),
                      "predicted_at_model_mix": round(pm0, 1), "source_mix": _fmt_mix(m["mix"]),
+                     # the model before its capacity scale (exact: every max rate scales by it)
+                     "predicted_unscaled": round(pm / scale, 1),
+                     "unscaled_error": round(rel_error(pm / scale, m["rate"]), 4),
                      "ds2_linear_max_rate": round(dm, 1), "measured_max_rate": round(m["rate"], 1),
                      "measured_sd": round(m["rate_sd"], 1), "max_rate_error": round(rel_error(pm, m["rate"]), 4),
                      "ds2_error": round(rel_error(dm, m["rate"]), 4),
@@ -670,6 +687,7 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
                  f"{step['after']['bp_mean']:.3f}")
     return {"rows": rows, "calib_rows": calib_rows, "fits": fits, "true_rates": true_rates, "visits": visits,
             "step": step, "rescales": rescales, "topology": topology, "cpu_overhead_per_instance": overhead,
+            "capacity_scale": scale, "capacity_scale_holdout": float(fitted.capacity_scale_.holdout_error),
             "engine_cpu_ms_per_tuple": float(model.engine_cpu_ms_per_tuple),
             "calibration_data": {"ops": ops, "edges": edges, "engine_cpu": pd.DataFrame(engine_cpu),
                                  "source_cpu": pd.DataFrame(source_cpu)}}
@@ -701,7 +719,9 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
                           "ds2_true_rate_per_instance": round(qo["true_rates"].get(op, float("nan")), 1),
                           "visit_ratio": round(qo["visits"].get(op, float("nan")), 5),
                           "cpu_overhead_per_instance": round(qo.get("cpu_overhead_per_instance", 0.0), 5),
-                          "engine_cpu_us_per_tuple": round(qo.get("engine_cpu_ms_per_tuple", 0.0) * 1000.0, 4)}
+                          "engine_cpu_us_per_tuple": round(qo.get("engine_cpu_ms_per_tuple", 0.0) * 1000.0, 4),
+                          "capacity_scale": round(qo.get("capacity_scale", float("nan")), 4),
+                          "capacity_scale_holdout_error": round(qo.get("capacity_scale_holdout", float("nan")), 4)}
                          for q, qo in out["queries"].items() for op, f in qo["fits"].items()])
     steps, summary_rows, metrics = [], [], {}
     for q, qo in out["queries"].items():
@@ -731,6 +751,9 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
             e, d = error_summary(sel["max_rate_error"]), error_summary(sel["ds2_error"])
             row.update({f"n_{part}": e["n"], f"median_abs_error_{part}": round(e["median"], 4),
                         f"within_15pct_{part}": round(e["within"], 3), f"ds2_median_abs_error_{part}": round(d["median"], 4)})
+        u = error_summary(t["unscaled_error"]) if "unscaled_error" in t else error_summary(pd.Series(dtype=float))
+        row.update({"median_abs_error_unscaled": round(u["median"], 4), "within_15pct_unscaled": round(u["within"], 3),
+                    "capacity_scale": round(qo.get("capacity_scale", float("nan")), 4)})
         row["source_limited"] = int(t["source_limited"].sum())
         row["one_step"] = "success" if ok else "FAILED"
         summary_rows.append(row)
@@ -739,6 +762,8 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         metrics[f"{q}.ds2_abs_error_median"] = row["ds2_median_abs_error_all"]
         metrics[f"{q}.one_step_success"] = float(ok)
         metrics[f"{q}.cpu_overhead_per_instance"] = float(qo.get("cpu_overhead_per_instance", 0.0))
+        metrics[f"{q}.capacity_scale"] = float(qo.get("capacity_scale", float("nan")))
+        metrics[f"{q}.max_rate_abs_error_median_unscaled"] = row["median_abs_error_unscaled"]
     by_query = pd.DataFrame(summary_rows)
     one = pd.DataFrame(steps)
     e_all, e_above = error_summary(table["max_rate_error"]), error_summary(table[table["above_cores"]]["max_rate_error"])
@@ -749,6 +774,8 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         "max_rate_abs_error_median_above_cores": e_above["median"], "share_within_15pct_above_cores": e_above["within"],
         "max_rate_abs_error_median_at_or_below_cores": e_below["median"],
         "ds2_abs_error_median": d_all["median"], "ds2_abs_error_median_above_cores": d_above["median"],
+        "max_rate_abs_error_median_unscaled": error_summary(table["unscaled_error"])["median"]
+        if "unscaled_error" in table else float("nan"),
         "test_configs": float(len(table)), "test_configs_above_cores": float(e_above["n"]),
         "source_limited_configs": float(table["source_limited"].sum()),
         "one_step_successes": float(one["meets_target"].sum()), "queries": float(len(one)),
@@ -773,7 +800,9 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         f"from <= 3 live configurations, max sustainable rate predicted at {len(table)} unseen configurations "
         f"({e_above['n']} with more instances than cores). Overall median |error| {e_all['median']:.1%}, "
         f"{e_all['within']:.0%} within 15 % (above the core count: median {e_above['median']:.1%}, "
-        f"{e_above['within']:.0%} within 15 %); DS2's linear extrapolation: median |error| {d_all['median']:.1%}. "
+        f"{e_above['within']:.0%} within 15 %); DS2's linear extrapolation: median |error| {d_all['median']:.1%}; "
+        f"the model before its capacity scale (fitted to the calibration configurations' own max rates): "
+        f"{metrics['max_rate_abs_error_median_unscaled']:.1%}. "
         f"Issue 23's accuracy goal (median <= 10 %, >= 80 % within 15 %, per query and overall): "
         f"{'met' if goal else 'missed'}. One step: {int(one['meets_target'].sum())}/{len(one)} queries met the "
         f"target without sustained back pressure. Per query: {per_q}. {int(table['source_limited'].sum())} of "
@@ -840,4 +869,4 @@ def refit_from_tables(tables: Mapping[str, pd.DataFrame], query: str, config=Non
         of("calibration_windows"), of("calibration_edge_windows"), topology=parse_model(topology, require_profiles=False),
         engine_cpu=cpu[["window_start", "taskmanager_cpu_cores"]].rename(columns={"taskmanager_cpu_cores": "cpu_cores"}),
         source_cpu=cpu[["window_start", "source_threads_cpu_cores"]].rename(
-            columns={"source_threads_cpu_cores": "cpu_cores"}))
+            columns={"source_threads_cpu_cores": "cpu_cores"}), at_max_rate=True)

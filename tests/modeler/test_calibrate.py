@@ -8,8 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from modeler.calibrate import CalibrationConfig, Calibrator, calibrate, fit_key_distribution, infer_topology
+from modeler.calibrate import (CalibrationConfig, Calibrator, calibrate, fit_key_distribution, infer_topology,
+                               scale_capacity)
 from modeler.errors import CalibrationError
 from modeler.keys import instance_shares, key_group_weights
 from modeler.modelfile import KeySpec, dump_model, parse_model, parse_model_text
@@ -899,3 +902,109 @@ def test_no_overhead_is_fitted_where_the_cpu_per_tuple_does_not_grow_or_one_inst
                           / (1 + 0.08 * engine["window_start"].map(configured).map({2: 1, 4: 3, 6: 5}).to_numpy()) * bump)
     fitted = Calibrator().fit(ops, edges, topology=_topology_of(raw), source_cpu=threads, engine_cpu=noisy)
     assert fitted.cpu_overhead_ is not None and fitted.cpu_overhead_.value == 0.0
+
+
+# -- capacity scale: windows measured at the job's max rate level the model ------------------------
+
+_SCALE_TRUTH = {"augury": 1, "job": "j", "resources": {"cores": 2, "cpu_overhead_per_instance": 0.05,
+                                                      "engine_cpu_ms_per_tuple": 0.1},
+                "operators": [{"name": "src", "role": "source", "cpu_ms_per_tuple": 0.3},
+                              {"name": "a", "service_time_ms": 1.0, "cpu_share": 0.6, "max_parallelism": 8},
+                              {"name": "b", "service_time_ms": 0.7, "cpu_share": 0.9, "max_parallelism": 8}],
+                "edges": [{"from": "src", "to": "a"}, {"from": "a", "to": "b", "selectivity": 0.5}]}
+"""Every per-tuple time the model has: services with CPU shares, a source's CPU, the engine's CPU
+and a per-instance overhead, on 2 cores."""
+
+_SHARED_NO_SOURCE = {"augury": 1, "job": "j", "resources": {"cores": 2}, "operators": [
+    {"name": "src", "role": "source"},
+    {"name": "a", "service_time_ms": 1.0, "cpu_share": 1.0, "max_parallelism": 8},
+    {"name": "b", "service_time_ms": 2.0, "cpu_share": 0.3, "max_parallelism": 8}],
+    "edges": [{"from": "src", "to": "a"}, {"from": "a", "to": "b"}]}
+
+
+@given(factor=st.floats(min_value=0.3, max_value=3.0))
+@settings(max_examples=25, deadline=None)
+def test_scale_capacity_scales_every_max_rate_by_its_factor(factor):
+    truth = parse_model(_SCALE_TRUTH)
+    scaled = scale_capacity(truth, factor)
+    for config in ({"a": 1, "b": 1}, {"a": 2, "b": 5}, {"a": 6, "b": 6}):
+        assert predict(scaled, config, 1.0).max_rate == pytest.approx(factor * predict(truth, config, 1.0).max_rate,
+                                                                      rel=1e-6)
+    assert scaled.operator("src").cpu_ms_per_tuple == pytest.approx(0.3 / factor)
+    assert scaled.engine_cpu_ms_per_tuple == pytest.approx(0.1 / factor)
+    assert scaled.operator("b").cpu_share == 0.9 and scaled.cpu_overhead_per_instance == 0.05
+
+
+def test_scale_capacity_refuses_a_factor_that_is_not_positive():
+    with pytest.raises(CalibrationError) as err:
+        scale_capacity(parse_model(_SCALE_TRUTH), 0.0)
+    assert err.value.field == "capacity_scale" and err.value.value == 0.0
+
+
+def _at_max_rate_history(truth, configs, measured_over_model):
+    """``_shared_core_history`` at each configuration's max rate (load 1.0) and at 0.5, with the
+    job input of the max-rate windows multiplied by ``measured_over_model[config index]``: a job
+    that carries more (or less) than its busy time and flows imply. Returns the frames and the
+    max-rate windows' starts."""
+    ops, edges = _shared_core_history(truth, configs, [0.5, 1.0])
+    starts = sorted(ops["window_start"].unique())
+    at_max = [starts[2 * i + 1] for i in range(len(configs))]
+    for i, ts in enumerate(at_max):
+        sel = (ops["window_start"] == ts) & (ops["operator"] == "src")
+        ops.loc[sel, "processed_rate"] *= measured_over_model[i]
+    return ops, edges, at_max
+
+
+def test_windows_at_the_max_rate_level_the_model_by_the_geometric_mean_of_measured_over_predicted():
+    truth = parse_model(_SHARED_NO_SOURCE)
+    configs = [{"a": 1, "b": 1}, {"a": 2, "b": 3}, {"a": 4, "b": 4}]
+    ratios = [1.10, 1.25, 1.20]
+    ops, edges, at_max = _at_max_rate_history(truth, configs, ratios)
+    topology = _topology_of(_SHARED_NO_SOURCE)
+    plain = Calibrator().fit(ops, edges, topology=topology)
+    levelled = Calibrator().fit(ops, edges, topology=topology, at_max_rate=at_max)
+    assert plain.capacity_scale_ is None
+    # by hand: measured / predicted (the unlevelled model) per configuration, their geometric mean
+    src = ops[ops["operator"] == "src"].set_index("window_start")["processed_rate"]
+    per_config = np.array([src[ts] / predict(plain.model_, c, 1.0).max_rate for ts, c in zip(at_max, configs)])
+    expected = float(np.exp(np.mean(np.log(per_config))))
+    fit = levelled.capacity_scale_
+    assert fit.value == pytest.approx(expected, rel=1e-6) and fit.samples == 3 and fit.source == "measured"
+    # holdout: each configuration predicted with the other two's scale
+    held = [abs(np.exp(np.mean(np.log(np.delete(per_config, i)))) / per_config[i] - 1) for i in range(3)]
+    assert fit.holdout_error == pytest.approx(float(np.median(held)), rel=1e-6)
+    # the levelled model: every max rate scaled by it, the shape across configurations kept
+    for c in configs + [{"a": 6, "b": 2}]:
+        assert predict(levelled.model_, c, 1.0).max_rate == pytest.approx(
+            expected * predict(plain.model_, c, 1.0).max_rate, rel=1e-6)
+    assert levelled.model_.calibration["capacity_scale"]["value"] == pytest.approx(expected)
+    assert levelled.trust_ <= fit.trust
+    assert expected > 1.03  # the inflated max rates (the flows' fit absorbs part of them)
+    # bounded: a scale past the bounds is clipped to them
+    clipped = Calibrator(CalibrationConfig(capacity_scale_bounds=(0.9, 1.02))).fit(
+        ops, edges, topology=topology, at_max_rate=at_max)
+    assert clipped.capacity_scale_.value == pytest.approx(1.02)
+
+
+def test_a_model_that_reproduces_its_max_rates_keeps_its_level():
+    truth = parse_model(_SHARED_NO_SOURCE)
+    configs = [{"a": 1, "b": 1}, {"a": 2, "b": 3}, {"a": 4, "b": 4}]
+    ops, edges, at_max = _at_max_rate_history(truth, configs, [1.0, 1.0, 1.0])
+    fitted = Calibrator().fit(ops, edges, topology=_topology_of(_SHARED_NO_SOURCE), at_max_rate=at_max)
+    assert fitted.capacity_scale_.value == pytest.approx(1.0, abs=0.01)
+    assert fitted.capacity_scale_.holdout_error < 0.01
+    for c in configs:
+        assert predict(fitted.model_, c, 1.0).max_rate == pytest.approx(predict(truth, c, 1.0).max_rate, rel=0.01)
+
+
+def test_a_max_rate_window_missing_from_the_history_is_named():
+    truth = parse_model(_SHARED_NO_SOURCE)
+    ops, edges, at_max = _at_max_rate_history(truth, [{"a": 1, "b": 1}, {"a": 2, "b": 3}], [1.0, 1.0])
+    late = T0 + pd.Timedelta(days=3)
+    with pytest.raises(CalibrationError) as err:
+        Calibrator().fit(ops, edges, topology=_topology_of(_SHARED_NO_SOURCE), at_max_rate=at_max + [late])
+    assert err.value.field == "at_max_rate" and err.value.value == late
+    # fewer max-rate windows than a parameter needs
+    with pytest.raises(CalibrationError) as err:
+        Calibrator().fit(ops, edges, topology=_topology_of(_SHARED_NO_SOURCE), at_max_rate=at_max)
+    assert err.value.field == "at_max_rate" and err.value.value == 2

@@ -98,19 +98,24 @@ def test_result_tables_metrics_and_summary():
     s = fs._settings(quick=True)
     rows = [{"query": "q5", "configuration": "Calc=1", "instances": 4, "above_cores": True,
              "predicted_max_rate": 105.0, "ds2_linear_max_rate": 150.0, "measured_max_rate": 100.0,
-             "measured_sd": 1.0, "max_rate_error": 0.05, "ds2_error": 0.5,
+             "measured_sd": 1.0, "max_rate_error": 0.05, "ds2_error": 0.5, "unscaled_error": 0.1,
              "source_limited": False, "busiest": "Calc"},
             {"query": "q5", "configuration": "Calc=2", "instances": 6, "above_cores": True,
              "predicted_max_rate": 100.0, "ds2_linear_max_rate": 300.0, "measured_max_rate": 125.0,
-             "measured_sd": 1.0, "max_rate_error": -0.2, "ds2_error": 1.4,
+             "measured_sd": 1.0, "max_rate_error": -0.2, "ds2_error": 1.4, "unscaled_error": -0.3,
              "source_limited": True, "busiest": "Calc"}]
     step = {"query": "q5", "target": 100.0, "start": {"Calc": 1}, "planned": {"Calc": 3}, "feasible": True,
             "planned_instances": 6, "predicted_max_at_plan": 150.0, "before": _measure(60.0, 0.8),
             "after": _measure(99.0, 0.01), "restart_s": 3.0}
     out = {"cores": 2, "queries": {"q5": {"rows": rows, "calib_rows": [], "fits": {
         "Calc": {"service_ms": 0.01, "cpu_share": 0.9, "cpu_share_source": "measured"}},
-        "true_rates": {"Calc": 1e5}, "visits": {"Calc": 1.0}, "step": step, "rescales": [], "topology": {}}}}
+        "true_rates": {"Calc": 1e5}, "visits": {"Calc": 1.0}, "step": step, "rescales": [], "topology": {},
+        "capacity_scale": 1.05}}}
     res = fs._result(s, out, 100.0)
+    # the model before its capacity scale is reported beside it
+    assert res.metrics["max_rate_abs_error_median_unscaled"] == pytest.approx(0.2)
+    assert res.metrics["q5.capacity_scale"] == 1.05 and res.tables["fits"]["capacity_scale"].iloc[0] == 1.05
+    assert res.tables["by_query"]["median_abs_error_unscaled"].iloc[0] == pytest.approx(0.2)
     assert res.metrics["max_rate_abs_error_median"] == pytest.approx(0.125)
     assert res.metrics["share_within_15pct"] == 0.5 and res.metrics["test_configs_above_cores"] == 2
     assert res.metrics["ds2_abs_error_median"] == pytest.approx(0.95)
@@ -260,8 +265,12 @@ def test_calibration_windows_are_logged_as_tables_and_refit_offline_as_the_run_d
         table.to_csv(tmp_path / f"{name}.csv", index=False)
     read = {name: pd.read_csv(tmp_path / f"{name}.csv") for name in tables}
     refit = fs.refit_from_tables(read, "qx")
+    # as the run fits: every calibration window at its configuration's max rate (these testbed
+    # windows ran at 0.7 of it, so the level comes out near 0.7: what matters is that both agree)
     direct = Calibrator(fs.calibration_config()).fit(ops, edges, topology=parse_model(topology, require_profiles=False),
-                                                     engine_cpu=engine, source_cpu=threads)
+                                                     engine_cpu=engine, source_cpu=threads, at_max_rate=True)
+    assert refit.capacity_scale_.value == pytest.approx(direct.capacity_scale_.value, rel=1e-9)
+    assert refit.capacity_scale_.value == pytest.approx(0.7, abs=0.07)
     assert refit.cpu_overhead_.value == pytest.approx(0.08, abs=0.01)
     assert refit.cpu_overhead_.value == pytest.approx(direct.cpu_overhead_.value, rel=1e-9)
     for config in ({"a": 3}, {"a": 8}):
