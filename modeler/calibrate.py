@@ -1530,7 +1530,8 @@ def flink_buffer_tuples(record_bytes: float, upstream_parallelism: int, buffers_
 
 def calibrate(operator_windows: pd.DataFrame, edge_windows: pd.DataFrame, topology: JobModel | None = None,
               config: CalibrationConfig | None = None, job: str | None = None,
-              engine_cpu: pd.DataFrame | None = None, source_cpu: pd.DataFrame | None = None) -> JobModel:
+              engine_cpu: pd.DataFrame | None = None, source_cpu: pd.DataFrame | None = None,
+              at_max_rate: bool | Sequence[Any] = False) -> JobModel:
     """Convenience: fit and return the calibrated model."""
     return Calibrator(config).fit(operator_windows, edge_windows, topology, job=job, engine_cpu=engine_cpu,
-                                  source_cpu=source_cpu).model_
+                                  source_cpu=source_cpu, at_max_rate=at_max_rate).model_

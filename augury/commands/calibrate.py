@@ -1,4 +1,4 @@
-"""``augury calibrate --store DIR --job NAME [--topology FILE] [--since T] --out MODEL.yaml [--json]``.
+"""``augury calibrate --store DIR --job NAME [--topology FILE] [--since T] [--at-max-rate] --out MODEL.yaml [--json]``.
 
 Reads the summarized history tables (``augury history summarize`` writes them), fits the model
 (``modeler.calibrate``), writes a normal model file with a ``calibration:`` section, and logs the
@@ -25,6 +25,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, help="model file to write (.yaml or .json)")
     parser.add_argument("--min-busy", type=float, default=None,
                         help="windows must be at least this busy to measure service time (default 0.10)")
+    parser.add_argument("--at-max-rate", action="store_true",
+                        help="every window (from --since) ran at the job's max sustainable rate (a load test "
+                        "whose input asked for more than the job carried): level the model to those rates "
+                        "(capacity_scale in the calibration section)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--no-track", action="store_true", help="do not log to mlflow")
     parser.set_defaults(func=run)
@@ -62,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     topology = load_model(args.topology, require_profiles=False) if args.topology else None
     config = CalibrationConfig() if args.min_busy is None else CalibrationConfig(min_busy_fraction=args.min_busy)
     try:
-        calibrator = Calibrator(config).fit(ops, edges, topology, job=args.job)
+        calibrator = Calibrator(config).fit(ops, edges, topology, job=args.job, at_max_rate=args.at_max_rate)
     except CalibrationError as err:
         raise err.with_file(args.store)
     model = calibrator.model_
@@ -90,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             with tracking.start_run("augury-calibrate", run_name=args.job) as mlrun:
                 tracking.log_params({"job": args.job, "store": str(args.store), "since": args.since,
                                      "topology": args.topology, "min_busy_fraction": config.min_busy_fraction,
-                                     "windows": len(ops)})
+                                     "windows": len(ops), "at_max_rate": args.at_max_rate})
                 tracking.log_metrics({"trust": calibrator.trust_, "calibration": _metrics(calibrator)})
                 with tempfile.TemporaryDirectory() as staging:  # the artifact keeps --out's name
                     named = Path(staging) / out.name
@@ -116,6 +120,10 @@ def run(args: argparse.Namespace) -> int:
         for (u, v), fit in calibrator.edges_.items():
             keys = f", keys zipf {fit.keys.exponent} x {fit.keys.count}" if fit.keys else ""
             print(f"  {u}->{v:<12} selectivity {fit.selectivity.value:.4f} ({fit.grouping}{keys})")
+        if calibrator.capacity_scale_ is not None:
+            cs = calibrator.capacity_scale_
+            print(f"  capacity scale {cs.value:.3f} (n={cs.samples}, holdout err {cs.holdout_error:.1%}): "
+                  f"every per-tuple time divided by it, to the max rates measured")
         if run_id:
             print(f"mlflow run {run_id}")
     return 0
@@ -129,4 +137,7 @@ def _metrics(calibrator) -> dict:
         out[f"{name}.service_scv"] = fit.service_scv.value
     for (u, v), fit in calibrator.edges_.items():
         out[f"{u}-{v}.selectivity"] = fit.selectivity.value
+    if calibrator.capacity_scale_ is not None:
+        out["capacity_scale"] = calibrator.capacity_scale_.value
+        out["capacity_scale_holdout_error"] = calibrator.capacity_scale_.holdout_error
     return out

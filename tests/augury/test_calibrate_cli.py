@@ -54,6 +54,25 @@ def test_calibrate_writes_a_usable_model_and_logs_to_mlflow(tmp_path, capsys):
     assert artifacts == {"model.yaml"}
 
 
+def test_at_max_rate_levels_the_model_to_the_rates_the_windows_ran_at(tmp_path, capsys):
+    # the windows' flows and busy times say 2000/s at most; flagged as a load test at the max
+    # rate, the job carried 1000/s there: every per-tuple time doubles (scale 0.5, the bound)
+    ops, edges = _chain_history(ROWS, selectivity=2.0)
+    store = _store_with(tmp_path, ops, edges)
+    out = tmp_path / "model.yaml"
+    assert main(["calibrate", "--store", str(store), "--job", "j", "--out", str(out), "--json", "--no-track",
+                 "--at-max-rate"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    model = load_model(out)
+    assert summary["calibration"]["capacity_scale"]["value"] == pytest.approx(0.5)
+    assert model.calibration["capacity_scale"]["samples"] == 5
+    assert model.operator("a").service_time_ms == pytest.approx(2.0)
+    assert predict(model, None, 100).max_rate == pytest.approx(1000.0)
+    # without the flag the model is not levelled
+    assert main(["calibrate", "--store", str(store), "--job", "j", "--out", str(out), "--json", "--no-track"]) == 0
+    assert "capacity_scale" not in json.loads(capsys.readouterr().out)["calibration"]
+
+
 def test_since_filters_windows(tmp_path, capsys):
     ops, edges = _chain_history(ROWS)
     store = _store_with(tmp_path, ops, edges)
