@@ -117,7 +117,9 @@ STATEMENTS: dict[str, dict[str, str]] = {
         "given": "per query, the model is calibrated from <= 3 live configurations, each at its own saturation "
                  "(the datagen asking far more; never a test configuration), topology read from the live "
                  "job, `resources: {cores: 2}`, the datagen's CPU per tuple from its own threads and the "
-                 "operators' CPU share from the TaskManager's CPU; DS2's linear extrapolation gets the same "
+                 "operators' CPU share from the TaskManager's CPU; the model is then levelled to the max rates "
+                 "measured at those calibration configurations (one capacity scale per query; the unscaled "
+                 "predictions are reported beside); DS2's linear extrapolation gets the same "
                  "calibration windows (true processing rate per instance x parallelism).",
         "sample": "5 unseen configurations per query (fewer in quick mode), 3 windows each (4 s; q8 10 s, one "
                   "TUMBLE period) in each of two passes in counterbalanced order, one run: no intervals; the "

@@ -1389,9 +1389,6 @@ def _fit_network_delay(model: JobModel, ops: pd.DataFrame, cfg: CalibrationConfi
                         holdout_error=float(np.median(np.abs(per_hop - value)) / max(value, 1e-9)))
 
 
-# ---------------------------------------------------------------------- topology
-
-
 def scale_capacity(model: JobModel, factor: float) -> JobModel:
     """``model`` with every per-tuple time divided by ``factor``: the operators' service times,
     the sources' CPU per tuple and the engine's CPU per input tuple. Every max rate the model
@@ -1475,6 +1472,9 @@ def _fit_capacity_scale(model: JobModel, ops: pd.DataFrame, at_max_rate: bool | 
     ratios = measured / predicted
     return ParameterFit(value=factor(np.arange(len(windows))), samples=len(windows), spread=_spread(ratios),
                         holdout_error=float(np.median(errors)))
+
+
+# ---------------------------------------------------------------------- topology
 
 
 def infer_topology(ops: pd.DataFrame, edges: pd.DataFrame, job: str = "job",
