@@ -125,6 +125,10 @@ def test_result_tables_metrics_and_summary():
     assert one["cheapest_measured_instances"] == 4 and not one["within_10pct_of_cheapest"]
     assert not one["start_carried_target"]
     assert "missed" in res.summary and "1/1 queries met the target" in res.summary
+    # the step met its target but over-provisioned: issue 23's step goal counts both
+    assert res.metrics["one_step_within_10pct"] == 0.0 and res.metrics["one_step_goal_met"] == 0.0
+    assert not res.tables["by_query"]["one_step_within_10pct"].iloc[0]
+    assert "0/1 planned at most 10 %" in res.summary and "0/1 both" in res.summary
 
 
 def test_cores_used_are_cpu_second_differences_over_the_interval():
