@@ -1429,10 +1429,7 @@ def _max_rate_windows(model: JobModel, ops: pd.DataFrame, at_max_rate: bool | Se
         total = sum(rates.values())
         if not np.isfinite(total) or total <= 0:
             continue
-        mixed = model
-        if len(sources) > 1:
-            mixed = replace(model, operators=tuple(replace(op, rate_share=rates[op.name] / total) if op.is_source
-                                                   else op for op in model.operators))
+        mixed = model.with_source_shares({name: rate / total for name, rate in rates.items()})
         mu = float(predict(mixed, config, 1.0).max_rate)
         if np.isfinite(mu) and mu > 0:
             windows.append(w)
@@ -1455,21 +1452,22 @@ def _fit_capacity_scale(model: JobModel, ops: pd.DataFrame, at_max_rate: bool | 
                                f"(need {cfg.min_windows})", file="operator_windows", field="at_max_rate",
                                value=len(windows))
     lo, hi = cfg.capacity_scale_bounds
-    log_ratio = np.log(measured / predicted)
-    config_of = np.array([sorted(set(configs)).index(c) for c in configs])
+    ratios = measured / predicted
+    log_ratio = np.log(ratios)
+    number_of = {c: i for i, c in enumerate(sorted(set(configs)))}
+    config_of = np.array([number_of[c] for c in configs])
 
     def factor(idx: np.ndarray) -> float:
         means = [log_ratio[idx][config_of[idx] == c].mean() for c in np.unique(config_of[idx])]
         return float(np.clip(np.exp(np.mean(means)), lo, hi))
 
     groups = config_of
-    if len(set(configs)) < 2:
+    if len(number_of) < 2:
         groups = np.arange(len(windows)) % max(2, min(cfg.folds, len(windows)))
     errors = np.empty(len(windows))
     for g in np.unique(groups):
         out = groups == g
         errors[out] = np.abs(factor(np.flatnonzero(~out)) * predicted[out] / measured[out] - 1.0)
-    ratios = measured / predicted
     return ParameterFit(value=factor(np.arange(len(windows))), samples=len(windows), spread=_spread(ratios),
                         holdout_error=float(np.median(errors)))
 

@@ -276,6 +276,22 @@ class JobModel:
             shares[name] = remaining / len(rest)
         return shares
 
+    def with_source_shares(self, shares: Mapping[str, float]) -> "JobModel":
+        """A copy whose sources take ``shares`` (source -> fraction of the input rate, every
+        source named, each >= 0, summing to 1) as their ``rate_share``: a multi-input job's max
+        rate depends on its input mix. A one-source model is returned as it is. Raises
+        ``ModelError`` naming ``rate_share`` and the shares otherwise."""
+        sources = self.sources
+        if len(sources) <= 1:
+            return self
+        values = [shares.get(s.name) for s in sources]
+        if (any(v is None or not math.isfinite(v) or v < 0 for v in values)
+                or abs(sum(values) - 1.0) > 1e-6):
+            raise ModelError("a source mix needs every source's share (>= 0), summing to 1",
+                             file=self.source_file, field="rate_share", value=dict(shares))
+        return replace(self, operators=tuple(replace(op, rate_share=float(shares[op.name])) if op.is_source
+                                             else op for op in self.operators))
+
     def resolve_config(self, overrides: Mapping[str, int] | None = None) -> dict[str, int]:
         """The model's parallelism with ``overrides`` applied, validated against the bounds."""
         config = self.config

@@ -129,6 +129,7 @@ import pandas as pd
 
 from experiments.flink.livejob import LiveJob
 from experiments.harness import ExperimentContext, ExperimentError, ExperimentResult
+from modeler.errors import ModelError
 
 NAME = "flink-sql"
 DESCRIPTION = ("Real Flink SQL operators (Nexmark-style q1, q2, q5, q8) on a 2-core machine: calibrate with "
@@ -389,13 +390,11 @@ def with_source_mix(model, mix: dict[str, float]):
     to 1; a one-source model is returned as it is). A two-input job's max rate depends on the
     mix of its inputs: the prediction is compared with a measurement at the mix the measured job
     ran at (module docstring, "Input mix")."""
-    if len(model.sources) <= 1:
-        return model
-    missing = [s.name for s in model.sources if s.name not in mix]
-    if missing or abs(sum(mix.values()) - 1.0) > 1e-6:
-        raise ExperimentError("a source mix needs every source's share, summing to 1", field="mix", value=mix)
-    return replace(model, operators=tuple(replace(op, rate_share=float(mix[op.name])) if op.is_source else op
-                                          for op in model.operators))
+    try:
+        return model.with_source_shares(mix)
+    except ModelError as err:
+        raise ExperimentError("a source mix needs every source's share, summing to 1", field="mix",
+                              value=mix) from err
 
 
 def _summary_of(windows, job: _Job) -> dict:
@@ -751,7 +750,7 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
             e, d = error_summary(sel["max_rate_error"]), error_summary(sel["ds2_error"])
             row.update({f"n_{part}": e["n"], f"median_abs_error_{part}": round(e["median"], 4),
                         f"within_15pct_{part}": round(e["within"], 3), f"ds2_median_abs_error_{part}": round(d["median"], 4)})
-        u = error_summary(t["unscaled_error"]) if "unscaled_error" in t else error_summary(pd.Series(dtype=float))
+        u = error_summary(t["unscaled_error"])
         row.update({"median_abs_error_unscaled": round(u["median"], 4), "within_15pct_unscaled": round(u["within"], 3),
                     "capacity_scale": round(qo.get("capacity_scale", float("nan")), 4)})
         row["source_limited"] = int(t["source_limited"].sum())
@@ -775,8 +774,7 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
         "max_rate_abs_error_median_above_cores": e_above["median"], "share_within_15pct_above_cores": e_above["within"],
         "max_rate_abs_error_median_at_or_below_cores": e_below["median"],
         "ds2_abs_error_median": d_all["median"], "ds2_abs_error_median_above_cores": d_above["median"],
-        "max_rate_abs_error_median_unscaled": error_summary(table["unscaled_error"])["median"]
-        if "unscaled_error" in table else float("nan"),
+        "max_rate_abs_error_median_unscaled": error_summary(table["unscaled_error"])["median"],
         "test_configs": float(len(table)), "test_configs_above_cores": float(e_above["n"]),
         "source_limited_configs": float(table["source_limited"].sum()),
         "one_step_successes": float(one["meets_target"].sum()), "queries": float(len(one)),

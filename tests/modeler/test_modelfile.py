@@ -336,3 +336,23 @@ def test_a_source_gives_a_cpu_cost_or_a_service_time_not_both():
     with pytest.raises(ModelError) as info:
         parse_model(data)
     assert info.value.field == "operators[0].cpu_ms_per_tuple" and "one or the other" in info.value.message
+
+
+def test_with_source_shares_sets_each_sources_share_and_names_a_bad_mix():
+    two = parse_model({"augury": 1, "job": "q8", "operators": [
+        {"name": "person", "role": "source", "parallelism": 1},
+        {"name": "auction", "role": "source", "parallelism": 1},
+        {"name": "join", "parallelism": 1, "service_time_ms": 0.01}],
+        "edges": [{"from": "person", "to": "join"}, {"from": "auction", "to": "join"}]})
+    mixed = two.with_source_shares({"person": 0.25, "auction": 0.75})
+    assert mixed.source_shares() == {"person": 0.25, "auction": 0.75}
+    assert two.source_shares() == {"person": 0.5, "auction": 0.5}  # a copy: the model is unchanged
+    for bad in ({"person": 1.0}, {"person": 0.5, "auction": 0.6}, {"person": -0.5, "auction": 1.5},
+                {"person": float("nan"), "auction": 1.0}):
+        with pytest.raises(ModelError) as err:
+            two.with_source_shares(bad)
+        assert err.value.field == "rate_share"
+    one = parse_model({"augury": 1, "job": "q1", "operators": [
+        {"name": "bid", "role": "source", "parallelism": 1},
+        {"name": "Calc", "parallelism": 1, "service_time_ms": 0.01}], "edges": [{"from": "bid", "to": "Calc"}]})
+    assert one.with_source_shares({"anything": 3.0}) is one
