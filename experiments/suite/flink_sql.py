@@ -74,7 +74,8 @@ one TaskManager, 8 slots, on this machine's cores) and, per query (``experiments
    ``target_share`` (0.8) of the best measured max rate; ``scheduler.plan.plan(model, target,
    utilization_target 0.85)`` applied by live rescale; success = job input >= 95 % of the target
    and no operator back-pressured more than 10 % of a window on average over the windows after
-   the step (no sustained back pressure). Its instance count is compared with the cheapest
+   the step (no sustained back pressure; the operator back-pressured most is logged,
+   ``after_backpressure_operator``, and a failed step's summary names it). Its instance count is compared with the cheapest
    measured configuration that carried the target (from step 3). **What it can show on 2
    cores**: every query's max rate is flat or falls with more instances (source-limited q1, q2
    and mostly q5; q8 within about +-20 %), so a one-instance start carried the target
@@ -404,9 +405,19 @@ def _summary_of(windows, job: _Job) -> dict:
     bp = [max((o.backpressure_max for o in w.operators.values() if not o.is_source), default=0.0) for w in windows]
     busy = {op: float(np.nanmean([w.operators[op].busy_mean for w in windows])) for op in windows[0].operators}
     return {"rate": float(np.mean(rate)), "rate_sd": float(np.std(rate)), "bp_mean": float(np.mean(bp)),
-            "bp_max": float(max(bp)), "busy": busy,
+            "bp_max": float(max(bp)), "bp_operator": most_backpressured(windows), "busy": busy,
             "mix": source_mix([source_input_rates(w, job.sources, job.graph) for w in windows]),
             "config": dict(windows[-1].config)}
+
+
+def most_backpressured(windows) -> str:
+    """The non-source operator back-pressured the largest share of the windows on average (its
+    hottest instance per window); "" when none was back-pressured at all. A failed verdict names
+    it, so the operator it waits for can be looked at (``experiments.flink.bp_probe``)."""
+    ops = [k for k, o in windows[0].operators.items() if not o.is_source]
+    means = {k: float(np.mean([w.operators[k].backpressure_max for w in windows if k in w.operators])) for k in ops}
+    best = max(means.items(), key=lambda kv: kv[1], default=("", 0.0))
+    return best[0] if best[1] > 0 else ""
 
 
 def _check_environment(ctx: ExperimentContext) -> None:
@@ -740,6 +751,7 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
                       "step_mix": _fmt_mix(dict(st["mix"])) if st.get("mix") else "equal rates per table",
                       "after_source_mix": _fmt_mix(a["mix"]) if a and "mix" in a else None,
                       "after_backpressure_max": round(a["bp_max"], 3) if a else None,
+                      "after_backpressure_operator": a.get("bp_operator", "") if a else None,
                       "start_carried_target": (b["rate"] >= THROUGHPUT_OK * st["target"]) if b else None,
                       "rescale_s": round(st["restart_s"], 1), "meets_target": ok,
                       "cheapest_measured_instances": cheapest,
@@ -791,9 +803,17 @@ def _result(s, out: dict, seconds: float) -> ExperimentResult:
                                         for q in out["queries"])}
     goal = (e_all["median"] <= GOAL_MEDIAN and e_all["within"] >= 0.8 and
             all(r["median_abs_error_all"] <= GOAL_MEDIAN and r["within_15pct_all"] >= 0.8 for r in summary_rows))
+    def why_back_pressured(q: str) -> str:
+        st = one[one["query"] == q].iloc[0]
+        bp = st["after_backpressure_mean"]
+        if bp is None or not bp > BACKPRESSURE_OK:
+            return ""
+        where = f" at {st['after_backpressure_operator']}" if st.get("after_backpressure_operator") else ""
+        return f" (back pressure {bp:.2f}{where})"
+
     per_q = "; ".join(f"{r['query']}: median |error| {r['median_abs_error_all']:.1%}, {r['within_15pct_all']:.0%} "
                       f"within 15 % (n={r['n_all']}), DS2 linear {r['ds2_median_abs_error_all']:.1%}, one step "
-                      f"{r['one_step']}" for r in summary_rows)
+                      f"{r['one_step']}{why_back_pressured(r['query'])}" for r in summary_rows)
     own = [f"{q} {s['setups'][q].window_s:g} s" for q in out["queries"] if s["setups"][q].window_s]
     own_windows = f" ({', '.join(own)}: whole window periods)" if own else ""
     summary = (

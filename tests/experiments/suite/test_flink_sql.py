@@ -90,7 +90,7 @@ def test_source_limited_when_no_operator_held_the_source_back():
 
 
 def _measure(rate, bp=0.0):
-    return {"rate": rate, "rate_sd": 1.0, "bp_mean": bp, "bp_max": bp,
+    return {"rate": rate, "rate_sd": 1.0, "bp_mean": bp, "bp_max": bp, "bp_operator": "Calc" if bp > 0 else "",
             "busy": {"Calc": 0.5}, "config": {}}
 
 
@@ -128,6 +128,12 @@ def test_result_tables_metrics_and_summary():
     # the step met its target but over-provisioned: issue 23's step goal counts both
     assert res.metrics["one_step_within_10pct"] == 0.0 and res.metrics["one_step_goal_met"] == 0.0
     assert not res.tables["by_query"]["one_step_within_10pct"].iloc[0]
+    assert one["after_backpressure_operator"] == "Calc" and "back pressure 0." not in res.summary
+    # a step that failed on back pressure names the operator in the summary
+    failed = dict(step, after=dict(_measure(99.0, 0.4), bp_operator="GlobalWindowAggregate"))
+    res = fs._result(s, {**out, "queries": {"q5": {**out["queries"]["q5"], "step": failed}}}, 100.0)
+    assert res.tables["one_step"]["after_backpressure_operator"].iloc[0] == "GlobalWindowAggregate"
+    assert "one step FAILED (back pressure 0.40 at GlobalWindowAggregate)" in res.summary
     assert "0/1 planned at most 10 %" in res.summary and "0/1 both" in res.summary
 
 
@@ -171,6 +177,22 @@ def _op(name, rate, *, source=False, out=None):
                           busy_mean=float("nan") if source else 0.5, busy_max=0.5, backpressure_max=0.0,
                           backpressure_mean=0.0, queue_len_total=None, source_lag=0.0,
                           output_rates=out or {}, instances=())
+
+
+def test_the_most_back_pressured_operator_is_the_highest_on_average_sources_left_out():
+    from dataclasses import replace
+
+    from scheduler.observe import JobWindow
+
+    def window(bps):
+        ops = {"person": replace(_op("person", 1e5, source=True), backpressure_max=0.9)}
+        ops.update({k: replace(_op(k, 1e5), backpressure_max=v) for k, v in bps.items()})
+        return JobWindow(start_s=0.0, window_s=4.0, job="j", config={}, operators=ops)
+
+    # Calc's one spike (0.9) averages below the aggregate's steady 0.4; the source's 0.9 is no operator's
+    windows = [window({"Calc": 0.9, "Agg": 0.4}), window({"Calc": 0.0, "Agg": 0.4}), window({"Calc": 0.0, "Agg": 0.4})]
+    assert fs.most_backpressured(windows) == "Agg"
+    assert fs.most_backpressured([window({"Calc": 0.0, "Agg": 0.0})]) == ""
 
 
 def test_calibration_source_rates_are_the_records_in_behind_each_source():
