@@ -46,11 +46,11 @@ def parse_config(text: str, groups: int) -> tuple[int, ...]:
 def probe(cluster, query: str, rate: float, configs: list[tuple[int, ...]], window_s: float,
           windows: int) -> list[dict]:
     """One job at ``rate``, rescaled to each of ``configs``; one record per configuration."""
+    from experiments.flink.sql import SOURCES
     from experiments.suite import flink_sql as fs
 
     setup = fs.SETUPS[query]
-    n_sources = len(setup.step_mix) or 1
-    job = fs._Job(cluster, fs._spec(setup, *fs.step_rates(setup, rate, n_sources)), window_s)
+    job = fs._Job(cluster, fs._spec(setup, *fs.step_rates(setup, rate, len(SOURCES[query]))), window_s)
     out = []
     try:
         base = {k: 1 for k in job.graph.config()}
