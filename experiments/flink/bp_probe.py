@@ -50,15 +50,15 @@ def probe(cluster, query: str, rate: float, configs: list[tuple[int, ...]], wind
     from experiments.suite import flink_sql as fs
 
     setup = fs.SETUPS[query]
-    job = fs._Job(cluster, fs._spec(setup, *fs.step_rates(setup, rate, len(SOURCES[query]))), window_s)
+    job = fs.SqlJob(cluster, fs.query_spec(setup, *fs.step_rates(setup, rate, len(SOURCES[query]))), window_s)
     out = []
     try:
         base = {k: 1 for k in job.graph.config()}
         for c in configs:
             config = {**base, **setup.config(c)}
-            fs._to(job, config)
+            fs.rescale_to(job, config)
             got = job.windows(windows, skip=1)
-            summary = fs._summary_of(got, job)
+            summary = fs.summarize_windows(got, job)
             ops = [op for op in got[0].operators if not got[0].operators[op].is_source]
             out.append({
                 "query": query, "rate_asked": rate, "configuration": list(c),

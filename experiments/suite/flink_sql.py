@@ -335,9 +335,9 @@ def one_step_verdict(after_rate: float, after_bp_mean: float, target: float) -> 
 
 # --- the live job ------------------------------------------------------------------------------
 
-class _Job(LiveJob):
+class SqlJob(LiveJob):
     """A submitted SQL query (``experiments.flink.sql.submit``) and its job graph, read once
-    after the submission (``graph``: refreshed by ``_to`` after a rescale)."""
+    after the submission (``graph``: refreshed by ``rescale_to`` after a rescale)."""
 
     def __init__(self, cluster, spec, window_s: float):
         from experiments.flink.sql import submit
@@ -398,7 +398,7 @@ def with_source_mix(model, mix: dict[str, float]):
                               value=mix) from err
 
 
-def _summary_of(windows, job: _Job) -> dict:
+def summarize_windows(windows, job: SqlJob) -> dict:
     """Means over windows: job input rate, most back-pressured non-source instance, mean busy per
     operator, configuration in force, the sources' mix (``source_mix``)."""
     rate = [_input_rate(w, job.sources, job.graph) for w in windows]
@@ -458,7 +458,7 @@ def _body(ctx, cluster, s) -> dict:
     return out
 
 
-def _spec(setup: QuerySetup, rate_per_table: int, person_rate: int | None = None):
+def query_spec(setup: QuerySetup, rate_per_table: int, person_rate: int | None = None):
     from experiments.flink.sql import NexmarkSqlSpec
 
     # parallelism 2 at submission, sources 1: a REBALANCE behind each source (experiments.flink.sql)
@@ -481,7 +481,7 @@ def step_rates(setup: QuerySetup, target: float, n_sources: int) -> tuple[int, i
     return int(round(target * next(iter(others.values())))), int(round(target * mix["person"]))
 
 
-def _to(job: _Job, config: dict[str, int]) -> float:
+def rescale_to(job: SqlJob, config: dict[str, int]) -> float:
     """Rescale to ``config`` unless it is in force; the rescale's seconds (0 when none)."""
     current = job.graph.config()
     if all(current.get(k) == v for k, v in config.items()):
@@ -503,14 +503,14 @@ def _measure_query(ctx, cluster, s, setup: QuerySetup, cores: int, steps) -> dic
     # One job per query for calibration and the max-rate tests, rescaled between them as augury
     # rescales the job it calibrated on (module docstring, "One job"); at saturation: the datagen
     # asks far more than any configuration carries ("Calibration at saturation").
-    job = _Job(cluster, _spec(setup, OVERLOAD_RATE), setup.window_in(s))
+    job = SqlJob(cluster, query_spec(setup, OVERLOAD_RATE), setup.window_in(s))
     try:
         return _measure_on(ctx, job, s, setup, cores, steps, base_job_config=job.graph.config())
     finally:
         job.cancel()
 
 
-def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_job_config) -> dict:
+def _measure_on(ctx, job: SqlJob, s, setup: QuerySetup, cores: int, steps, base_job_config) -> dict:
     """Calibration and max-rate tests on ``job`` (overloaded), then the one step on a job of its
     own; ``base_job_config``: the job's configuration at submission (the vertices no group scales
     keep theirs)."""
@@ -530,7 +530,7 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
     def calibrate_at(t) -> None:
         nonlocal first_on_job, topology
         steps.advance(f"{q} calibration {t} at saturation")
-        restart = _to(job, setup.config(t))
+        restart = rescale_to(job, setup.config(t))
         # The TaskManager's CPU over the calibration windows (after the warm-up window, two
         # right after submission: JIT compilation burns CPU in the first seconds): the datagen's
         # CPU, which no busy time shows, is what it has beyond the operators' (module
@@ -544,7 +544,7 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
         t1, cpu1 = job.source.cpu_sample()
         if topology is None:
             topology = job.graph.topology()
-        m = _summary_of(ws, job)
+        m = summarize_windows(ws, job)
         cpu_cores = (cpu1 - cpu0) / (t1 - t0) if t1 > t0 else float("nan")
         source_cores = (src1 - src0) / (h1 - h0) if h1 > h0 else float("nan")
         starts = [pd.Timestamp(w.start_s, unit="s", tz="UTC") for w in ws]
@@ -580,7 +580,7 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
 
     def test_at(k: int) -> None:
         steps.advance(f"{q} max rate {setup.tests[k]}")
-        rescales.append(_to(job, tests[k]))
+        rescales.append(rescale_to(job, tests[k]))
         # What the cores did meanwhile (from /proc): the datagen thread near one core is a
         # generator at its limit; the machine at all its cores with the cluster below them is
         # other load taking cores the model counts as the job's.
@@ -599,7 +599,7 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
             test_at(k)
     measured = []
     for ws, cs in zip(test_windows, test_cores):
-        m = _summary_of(ws, job)
+        m = summarize_windows(ws, job)
         m["cores"] = {key: float(np.mean([c[key] for c in cs])) for key in cs[0]}
         measured.append(m)
     # the fit, then the step at its own rate: this job stops first (cancelling again is harmless)
@@ -684,12 +684,12 @@ def _measure_on(ctx, job: _Job, s, setup: QuerySetup, cores: int, steps, base_jo
     step = {"query": q, "target": target, "start": start, "planned": planned, "feasible": bool(proposal.feasible),
             "planned_instances": int(sum(planned.values())), "predicted_max_at_plan": float(proposal.prediction.max_rate),
             "before": None, "after": None, "restart_s": float("nan"), "mix": setup.step_mix}
-    job = _Job(cluster, _spec(setup, *step_rates(setup, target, n_sources)), w_s)
+    job = SqlJob(cluster, query_spec(setup, *step_rates(setup, target, n_sources)), w_s)
     try:
-        _to(job, start)
-        step["before"] = _summary_of(job.windows(s["step_before_windows"], skip=1), job)
-        step["restart_s"] = _to(job, planned)
-        step["after"] = _summary_of(job.windows(n, skip=1), job)
+        rescale_to(job, start)
+        step["before"] = summarize_windows(job.windows(s["step_before_windows"], skip=1), job)
+        step["restart_s"] = rescale_to(job, planned)
+        step["after"] = summarize_windows(job.windows(n, skip=1), job)
     finally:
         job.cancel()
     ctx.progress(f"{q} one step {_fmt(start)} -> {_fmt(planned)} for {target:.0f}/s: before "
