@@ -64,8 +64,7 @@ def probe(cluster, query: str, rate: float, configs: list[tuple[int, ...]], wind
                 "query": query, "rate_asked": rate, "configuration": list(c),
                 "instances": int(sum(config.values())), "input_rate": round(summary["rate"], 1),
                 "backpressure_mean": round(summary["bp_mean"], 3),
-                "backpressure_per_window": [round(max((w.operators[o].backpressure_max for o in ops), default=0.0), 3)
-                                            for w in got],
+                "backpressure_per_window": [round(v, 3) for v in summary["bp_per_window"]],
                 "operators": {o: {"backpressure": [round(w.operators[o].backpressure_max, 3) for w in got],
                                   "busy": [round(w.operators[o].busy_mean, 3) for w in got]} for o in ops}})
     finally:

@@ -399,13 +399,14 @@ def with_source_mix(model, mix: dict[str, float]):
 
 
 def summarize_windows(windows, job: SqlJob) -> dict:
-    """Means over windows: job input rate, most back-pressured non-source instance, mean busy per
-    operator, configuration in force, the sources' mix (``source_mix``)."""
+    """Means over windows: job input rate, most back-pressured non-source instance (mean, max, and
+    per window: ``bp_per_window``), mean busy per operator, configuration in force, the sources'
+    mix (``source_mix``)."""
     rate = [_input_rate(w, job.sources, job.graph) for w in windows]
     bp = [max((o.backpressure_max for o in w.operators.values() if not o.is_source), default=0.0) for w in windows]
     busy = {op: float(np.nanmean([w.operators[op].busy_mean for w in windows])) for op in windows[0].operators}
     return {"rate": float(np.mean(rate)), "rate_sd": float(np.std(rate)), "bp_mean": float(np.mean(bp)),
-            "bp_max": float(max(bp)), "bp_operator": most_backpressured(windows), "busy": busy,
+            "bp_max": float(max(bp)), "bp_per_window": bp, "bp_operator": most_backpressured(windows), "busy": busy,
             "mix": source_mix([source_input_rates(w, job.sources, job.graph) for w in windows]),
             "config": dict(windows[-1].config)}
 
